@@ -1,0 +1,62 @@
+"""tether: durable execution for multi-agent LLM systems.
+
+A checkpoint log per thread_id after every super-step, crash recovery through leases with
+fencing epochs, journaled calls, on embedded SQLite or on Postgres with many workers.
+"""
+
+from __future__ import annotations
+
+from .agent import Agent, Append, Command, append, finish, goto
+from .config import Settings
+from .context import Context
+from .errors import (
+    AppImportError,
+    ConfigError,
+    DefinitionError,
+    InvalidState,
+    LeaseLost,
+    NondeterminismError,
+    RunConflict,
+    RunNotFound,
+    SchemaError,
+    SerializationError,
+    StoreError,
+    StoreUnavailable,
+    TetherError,
+)
+from .retry import FailureCategory, RetryPolicy
+from .runtime import Checkpoint, Run, RunError, RunStatus, Runtime
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Agent",
+    "Append",
+    "AppImportError",
+    "Checkpoint",
+    "Command",
+    "ConfigError",
+    "Context",
+    "DefinitionError",
+    "FailureCategory",
+    "InvalidState",
+    "LeaseLost",
+    "NondeterminismError",
+    "RetryPolicy",
+    "Run",
+    "RunConflict",
+    "RunError",
+    "RunNotFound",
+    "RunStatus",
+    "Runtime",
+    "SchemaError",
+    "SerializationError",
+    "Settings",
+    "StoreError",
+    "StoreUnavailable",
+    "TetherError",
+    "__version__",
+    "append",
+    "finish",
+    "goto",
+]

@@ -1,0 +1,148 @@
+"""Agents, nodes and the commands a node returns."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, overload
+
+from .errors import DefinitionError
+from .retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from .context import Context
+
+State = dict[str, Any]
+NodeFn = Callable[[State, "Context"], Awaitable["Command"]]
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """An update value that appends `items` to a list field instead of replacing it; the
+    checkpoint stores only the appended items."""
+
+    items: tuple[Any, ...]
+
+
+def append(items: Iterable[Any]) -> Append:
+    """Mark an update value as items to append to the list at that key."""
+    if isinstance(items, (str, bytes, Mapping)):
+        raise TypeError("tether.append() takes an iterable of items, e.g. append([msg])")
+    return Append(tuple(items))
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """What a node returns: where the run goes next and the update to merge into state.
+
+    kind: "goto" (run `node` next) or "finish" (run completed).
+    """
+
+    kind: str
+    node: str | None = None
+    update: Mapping[str, Any] | None = None
+
+
+def goto(node: str, update: Mapping[str, Any] | None = None) -> Command:
+    """Merge `update` into the state and continue with `node`."""
+    return Command("goto", node, update)
+
+
+def finish(update: Mapping[str, Any] | None = None) -> Command:
+    """Merge `update` into the state and complete the run."""
+    return Command("finish", None, update)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    fn: NodeFn
+    retry: RetryPolicy | None
+
+
+class Agent:
+    """A named state machine of async nodes.
+
+    >>> agent = Agent("researcher")
+    >>> @agent.node(start=True)
+    ... async def plan(state, ctx): return finish({"done": True})
+    """
+
+    def __init__(self, name: str, *, retry: RetryPolicy | None = None) -> None:
+        if not isinstance(name, str) or not name or not name.replace("-", "_").replace(".", "_").isidentifier():
+            raise DefinitionError(
+                f"agent name must be a non-empty identifier-like string, got {name!r}"
+            )
+        self.name = name
+        self.retry = retry or RetryPolicy()
+        self.nodes: dict[str, Node] = {}
+        self.start: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r}, nodes={list(self.nodes)})"
+
+    @overload
+    def node(self, fn: NodeFn, /) -> NodeFn: ...
+
+    @overload
+    def node(
+        self,
+        *,
+        start: bool = False,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Callable[[NodeFn], NodeFn]: ...
+
+    def node(
+        self,
+        fn: NodeFn | None = None,
+        /,
+        *,
+        start: bool = False,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> NodeFn | Callable[[NodeFn], NodeFn]:
+        """Register an async node `(state, ctx) -> Command`. The first node registered, or the
+        one marked `start=True`, is where runs begin."""
+
+        def register(f: NodeFn) -> NodeFn:
+            if not inspect.iscoroutinefunction(f):
+                raise DefinitionError(f"node {f.__qualname__!r} must be an `async def` function")
+            node_name = name or f.__name__
+            if node_name in self.nodes:
+                raise DefinitionError(f"agent {self.name!r} already has a node {node_name!r}")
+            self.nodes[node_name] = Node(node_name, f, retry)
+            if start:
+                if self.start is not None and self.nodes[self.start].name != node_name and self._explicit_start:
+                    raise DefinitionError(
+                        f"agent {self.name!r} has two start nodes: {self.start!r} and {node_name!r}"
+                    )
+                self.start = node_name
+                self._explicit_start = True
+            elif self.start is None:
+                self.start = node_name
+                self._explicit_start = False
+            return f
+
+        if fn is not None:
+            return register(fn)
+        return register
+
+    _explicit_start = False
+
+    def get_node(self, name: str) -> Node:
+        try:
+            return self.nodes[name]
+        except KeyError:
+            raise DefinitionError(
+                f"agent {self.name!r} has no node {name!r} (nodes: {', '.join(self.nodes) or 'none'})"
+            ) from None
+
+    def start_node(self) -> str:
+        if self.start is None:
+            raise DefinitionError(f"agent {self.name!r} has no nodes")
+        return self.start
+
+    def retry_for(self, node: Node) -> RetryPolicy:
+        return node.retry or self.retry

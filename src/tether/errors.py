@@ -1,0 +1,73 @@
+"""Every error tether raises.
+
+    TetherError
+    ├── ConfigError                  bad settings, DB URL, or --app target
+    │   └── AppImportError           the user's module cannot be imported
+    ├── StoreError                   the database failed (driver error chained)
+    │   ├── StoreUnavailable         cannot connect (URL shown with password redacted)
+    │   └── SchemaError              schema missing or behind: run `tether migrate`
+    ├── SerializationError           state, update or result not serializable
+    ├── DefinitionError              an agent/node is unknown or badly declared
+    ├── RunNotFound                  no run has this thread_id
+    ├── RunConflict                  thread_id/idempotency key exists with other input
+    ├── InvalidState                 the run is not in a state that allows this
+    ├── LeaseLost                    another worker holds the run now; commit refused
+    └── NondeterminismError          a replayed node made a different call sequence
+
+A node task whose run is cancelled or whose lease is lost receives asyncio.CancelledError
+(a BaseException, so `except Exception` in user code does not swallow it).
+"""
+
+from __future__ import annotations
+
+
+class TetherError(Exception):
+    """Base class of every error tether raises."""
+
+
+class ConfigError(TetherError):
+    """Invalid configuration: DB URL, settings, or an --app target."""
+
+
+class AppImportError(ConfigError):
+    """The module named by --app could not be imported or has no such attribute."""
+
+
+class StoreError(TetherError):
+    """The database failed; the driver's exception is chained as __cause__."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached."""
+
+
+class SchemaError(StoreError):
+    """The schema is missing or behind the code: run `tether migrate`."""
+
+
+class SerializationError(TetherError):
+    """A value could not be serialized; the message names the key and type."""
+
+
+class DefinitionError(TetherError):
+    """An agent or node is unknown or declared wrongly."""
+
+
+class RunNotFound(TetherError):
+    """No run has this thread_id."""
+
+
+class RunConflict(TetherError):
+    """The thread_id or idempotency key exists with a different agent or input."""
+
+
+class InvalidState(TetherError):
+    """The run is not in a state that allows the operation."""
+
+
+class LeaseLost(TetherError):
+    """The worker's lease was taken over (fencing epoch moved); nothing was committed."""
+
+
+class NondeterminismError(TetherError):
+    """A re-executed node made a call sequence that differs from its journal."""

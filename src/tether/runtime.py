@@ -1,0 +1,359 @@
+"""Runtime: the user's handle on runs. Owns one Store; `work()` runs a worker in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from . import serde
+from .agent import Agent
+from .config import Settings
+from .errors import DefinitionError, RunNotFound, SerializationError
+from .state import replay
+from .store import make_store
+from .store.base import TERMINAL, CheckpointRecord, NewRun, RunRecord, Store
+
+
+class RunStatus(str, Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"
+    SLEEPING = "sleeping"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def terminal(self) -> bool:
+        return self.value in TERMINAL
+
+
+@dataclass(frozen=True, slots=True)
+class RunError:
+    """Why a run failed: a category (see retry.FailureCategory), the exception and traceback."""
+
+    category: str
+    type: str
+    message: str
+    traceback: str
+
+    def __str__(self) -> str:
+        return f"[{self.category}] {self.type}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    thread_id: str
+    agent: str
+    status: RunStatus
+    state: dict[str, Any]
+    step: int
+    version: str
+    node: str | None
+    attempt: int
+    error: RunError | None
+    created_at: float
+    updated_at: float
+    idempotency_key: str | None = None
+    parent_thread_id: str | None = None
+    forked_from: str | None = None
+    forked_step: int | None = None
+    lease_owner: str | None = None
+    wake_at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        out["status"] = self.status.value
+        out["error"] = None if self.error is None else {
+            "category": self.error.category, "type": self.error.type,
+            "message": self.error.message, "traceback": self.error.traceback,
+        }
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    thread_id: str
+    step: int
+    node: str
+    next_node: str | None
+    state: dict[str, Any]
+    kind: str
+    worker: str
+    attempt: int
+    started_at: float
+    finished_at: float
+
+    @property
+    def duration(self) -> float:
+        return self.finished_at - self.started_at
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        out["duration"] = self.duration
+        return out
+
+
+def run_error(data: bytes | None) -> RunError | None:
+    if data is None:
+        return None
+    d = serde.loads(data)
+    return RunError(d.get("category", "exception"), d.get("type", ""), d.get("message", ""),
+                    d.get("traceback", ""))
+
+
+class Runtime:
+    """Durable runs of the given agents on one database.
+
+    >>> runtime = Runtime("sqlite:///tether.db", agents=[agent], version="v1")
+    >>> run = await runtime.start(agent, {"topic": "x"})
+    >>> await runtime.work(concurrency=100)        # in a worker process
+    """
+
+    def __init__(
+        self,
+        db_url: str | None = None,
+        *,
+        agents: Sequence[Agent] = (),
+        version: str = "v1",
+        lease_ttl: float | None = None,
+        poll_interval: float | None = None,
+        snapshot_every: int | None = None,
+        store: Store | None = None,
+    ) -> None:
+        self.settings = Settings.from_env(
+            db=db_url, lease_ttl=lease_ttl, poll_interval=poll_interval,
+            snapshot_every=snapshot_every,
+        )
+        if not isinstance(version, str) or not version:
+            raise DefinitionError("version must be a non-empty string")
+        self.version = version
+        self.agents: dict[str, Agent] = {}
+        for a in agents:
+            self.add_agent(a)
+        self.store: Store = store if store is not None else make_store(self.settings.db)
+        self._open_lock = asyncio.Lock()
+        self._opened = False
+        self._finished: dict[str, asyncio.Event] = {}
+        self._workers: list[Any] = []
+
+    def __repr__(self) -> str:
+        return f"Runtime({self.store.url!r}, version={self.version!r}, agents={list(self.agents)})"
+
+    @property
+    def db_url(self) -> str:
+        return self.store.url
+
+    def add_agent(self, agent: Agent) -> None:
+        if not isinstance(agent, Agent):
+            raise DefinitionError(f"agents must be tether.Agent instances, got {agent!r}")
+        if agent.name in self.agents and self.agents[agent.name] is not agent:
+            raise DefinitionError(f"two agents are named {agent.name!r}")
+        agent.start_node()
+        self.agents[agent.name] = agent
+
+    def agent(self, name: str | Agent) -> Agent:
+        key = name.name if isinstance(name, Agent) else name
+        try:
+            return self.agents[key]
+        except KeyError:
+            raise DefinitionError(
+                f"unknown agent {key!r}; this runtime has: {', '.join(self.agents) or 'none'}"
+            ) from None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def open(self) -> Runtime:
+        """Connect and check the schema (SchemaError if behind: run `tether migrate`)."""
+        if not self._opened:
+            async with self._open_lock:
+                if not self._opened:
+                    await self.store.open()
+                    self._opened = True
+        return self
+
+    async def migrate(self) -> list[int]:
+        """Apply pending schema migrations (what `tether migrate` does)."""
+        await self.store.open(check_schema=False)
+        try:
+            return await self.store.migrate()
+        finally:
+            await self.store.close()
+
+    async def close(self) -> None:
+        if self._opened:
+            self._opened = False
+            await self.store.close()
+
+    async def __aenter__(self) -> Runtime:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- runs ------------------------------------------------------------------------------
+
+    async def start(
+        self,
+        agent: Agent | str,
+        input: Mapping[str, Any] | None = None,
+        thread_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Run:
+        """Create a queued run (the worker picks it up). The same idempotency key, or the same
+        thread_id with the same input, returns the existing run; other input is RunConflict."""
+        a = self.agent(agent)
+        if input is None:
+            input = {}
+        if not isinstance(input, Mapping):
+            raise SerializationError(f"run input must be a dict, got {type(input).__name__!r}")
+        data = serde.dumps(dict(input), "input")
+        if thread_id is not None and (not isinstance(thread_id, str) or not thread_id
+                                      or len(thread_id) > 200):
+            raise DefinitionError("thread_id must be a non-empty string of at most 200 characters")
+        await self.open()
+        new = NewRun(
+            thread_id=thread_id or uuid.uuid4().hex,
+            agent=a.name,
+            version=self.version,
+            node=a.start_node(),
+            input=data,
+            input_hash=serde.digest(a.name.encode() + b"\0" + data),
+            idempotency_key=idempotency_key,
+        )
+        rec, _ = await self.store.create_run(new)
+        if rec.step == 0:
+            return self._to_run(rec, serde.loads(rec.input))
+        return await self._with_state(rec)
+
+    async def get(self, thread_id: str) -> Run:
+        await self.open()
+        rec = await self.store.get_run(thread_id)
+        if rec is None:
+            raise RunNotFound(f"no run with thread_id {thread_id!r}")
+        return await self._with_state(rec)
+
+    async def list(
+        self,
+        *,
+        status: str | None = None,
+        agent: str | None = None,
+        limit: int = 100,
+        before: tuple[float, str] | None = None,
+    ) -> list[Run]:
+        """Runs newest first, without their state (use get() for that)."""
+        await self.open()
+        recs = await self.store.list_runs(status=status, agent=agent, limit=limit, before=before)
+        return [self._to_run(r, None) for r in recs]
+
+    async def wait(self, thread_id: str, timeout: float | None = None) -> Run:
+        """Wait until the run is completed, failed or cancelled; returns it.
+        Raises TimeoutError after `timeout` seconds."""
+        await self.open()
+        delay = 0.005
+        async with asyncio.timeout(timeout):
+            while True:
+                event = self._finished.setdefault(thread_id, asyncio.Event())
+                rec = await self.store.get_run(thread_id)
+                if rec is None:
+                    raise RunNotFound(f"no run with thread_id {thread_id!r}")
+                if rec.status in TERMINAL:
+                    self._finished.pop(thread_id, None)
+                    return await self._with_state(rec)
+                try:
+                    async with asyncio.timeout(delay):
+                        await event.wait()
+                except TimeoutError:
+                    pass
+                delay = min(delay * 2, self.settings.poll_interval)
+
+    async def cancel(self, thread_id: str) -> Run:
+        """Cancel a run now: queued/waiting/sleeping at once; a running run's in-flight step
+        is abandoned (its commit is refused) and its node task cancelled."""
+        await self.open()
+        rec = await self.store.cancel_run(thread_id)
+        if rec is None:
+            raise RunNotFound(f"no run with thread_id {thread_id!r}")
+        for w in self._workers:
+            w.cancel_local(thread_id)
+        self.notify_finished(thread_id)
+        return await self._with_state(rec)
+
+    async def checkpoints(self, thread_id: str) -> list[Checkpoint]:
+        """Every committed step of the run with the state after it."""
+        await self.open()
+        rec = await self.store.get_run(thread_id)
+        if rec is None:
+            raise RunNotFound(f"no run with thread_id {thread_id!r}")
+        rows = await self.store.checkpoints(thread_id)
+        state: dict[str, Any] = dict(serde.loads(rec.input))
+        out: list[Checkpoint] = []
+        from .state import apply
+
+        for cp in rows:
+            state = apply(state, cp.kind, cp.data)
+            out.append(_checkpoint(cp, serde.loads(serde.dumps(state))))
+        return out
+
+    async def work(self, concurrency: int | None = None, *, stop: asyncio.Event | None = None) -> None:
+        """Run a worker in this process until `stop` is set, SIGTERM handling aside (the CLI
+        installs it), or the task is cancelled."""
+        from .worker import Worker
+
+        await self.open()
+        worker = Worker(self, concurrency=concurrency or self.settings.concurrency)
+        self._workers.append(worker)
+        try:
+            await worker.run(stop)
+        finally:
+            self._workers.remove(worker)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def notify_finished(self, thread_id: str) -> None:
+        event = self._finished.get(thread_id)
+        if event is not None:
+            event.set()
+
+    async def load_state(self, rec: RunRecord, upto: int | None = None) -> dict[str, Any]:
+        rows: list[CheckpointRecord] = []
+        if rec.step > 0:
+            rows = await self.store.load_checkpoints(rec.thread_id, upto)
+        return replay(rec.input, ((cp.kind, cp.data) for cp in rows))
+
+    async def _with_state(self, rec: RunRecord) -> Run:
+        return self._to_run(rec, await self.load_state(rec))
+
+    @staticmethod
+    def _to_run(rec: RunRecord, state: dict[str, Any] | None) -> Run:
+        return Run(
+            thread_id=rec.thread_id,
+            agent=rec.agent,
+            status=RunStatus(rec.status),
+            state=state if state is not None else {},
+            step=rec.step,
+            version=rec.version,
+            node=rec.node,
+            attempt=rec.attempt,
+            error=run_error(rec.error),
+            created_at=rec.created_at,
+            updated_at=rec.updated_at,
+            idempotency_key=rec.idempotency_key,
+            parent_thread_id=rec.parent_thread_id,
+            forked_from=rec.forked_from,
+            forked_step=rec.forked_step,
+            lease_owner=rec.lease_owner,
+            wake_at=rec.wake_at,
+        )
+
+
+def _checkpoint(cp: CheckpointRecord, state: dict[str, Any]) -> Checkpoint:
+    return Checkpoint(cp.thread_id, cp.step, cp.node, cp.next_node, state, cp.kind, cp.worker,
+                      cp.attempt, cp.started_at, cp.finished_at)

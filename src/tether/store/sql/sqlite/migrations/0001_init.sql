@@ -1,0 +1,114 @@
+-- tether schema 1 (SQLite). Times are REAL seconds since the Unix epoch, read from the
+-- database clock. Every table carries thread_id so the schema can be split by thread.
+
+CREATE TABLE runs (
+    thread_id        TEXT PRIMARY KEY,
+    agent            TEXT NOT NULL,
+    version          TEXT NOT NULL,
+    status           TEXT NOT NULL,           -- queued|running|waiting|sleeping|completed|failed|cancelled
+    node             TEXT,                    -- node to run next (NULL once terminal)
+    step             INTEGER NOT NULL DEFAULT 0,  -- last committed super-step
+    attempt          INTEGER NOT NULL DEFAULT 0,  -- executions of the current step so far
+    failures         INTEGER NOT NULL DEFAULT 0,  -- failed attempts of the current step
+    input            BLOB NOT NULL,           -- initial state (the base every replay starts from)
+    input_hash       TEXT NOT NULL,
+    idempotency_key  TEXT UNIQUE,
+    lease_owner      TEXT,
+    lease_expires_at REAL,
+    epoch            INTEGER NOT NULL DEFAULT 0,  -- fencing epoch, bumped on every claim
+    wake_at          REAL,                    -- not claimable before this time
+    waiting_for      TEXT,                    -- interrupt|mail|join when status = waiting
+    error            BLOB,                    -- JSON {category, type, message, traceback}
+    parent_thread_id TEXT,
+    forked_from      TEXT,
+    forked_step      INTEGER,
+    created_at       REAL NOT NULL,
+    updated_at       REAL NOT NULL
+);
+CREATE INDEX runs_claim ON runs (version, status, wake_at);
+CREATE INDEX runs_lease ON runs (lease_owner) WHERE lease_owner IS NOT NULL;
+CREATE INDEX runs_created ON runs (created_at, thread_id);
+CREATE INDEX runs_parent ON runs (parent_thread_id) WHERE parent_thread_id IS NOT NULL;
+
+-- One row per committed super-step. kind 's' = full snapshot of the state, 'd' = delta
+-- ({"s": {key: value}, "a": {key: [appended items]}}) against the previous step.
+CREATE TABLE checkpoints (
+    thread_id   TEXT NOT NULL,
+    step        INTEGER NOT NULL,
+    node        TEXT NOT NULL,
+    next_node   TEXT,
+    kind        TEXT NOT NULL,
+    data        BLOB NOT NULL,
+    worker      TEXT NOT NULL,
+    attempt     INTEGER NOT NULL,
+    started_at  REAL NOT NULL,
+    finished_at REAL NOT NULL,
+    PRIMARY KEY (thread_id, step)
+) WITHOUT ROWID;
+
+-- Recorded results of nondeterministic calls, keyed by (run, step, call index).
+CREATE TABLE journal (
+    thread_id TEXT NOT NULL,
+    step      INTEGER NOT NULL,
+    idx       INTEGER NOT NULL,
+    name      TEXT NOT NULL,
+    result    BLOB NOT NULL,
+    PRIMARY KEY (thread_id, step, idx)
+) WITHOUT ROWID;
+
+-- Human-in-the-loop interrupts: one row per interrupt reached, answered exactly once.
+CREATE TABLE interrupts (
+    thread_id   TEXT NOT NULL,
+    step        INTEGER NOT NULL,
+    idx         INTEGER NOT NULL,
+    id          TEXT NOT NULL UNIQUE,
+    payload     BLOB NOT NULL,
+    value       BLOB,
+    status      TEXT NOT NULL,                -- pending|resolved
+    created_at  REAL NOT NULL,
+    resolved_at REAL,
+    PRIMARY KEY (thread_id, step, idx)
+);
+CREATE INDEX interrupts_pending ON interrupts (status, created_at);
+
+-- Outbox: side effects requested by a step, written in the step's transaction.
+CREATE TABLE outbox (
+    thread_id        TEXT NOT NULL,
+    key              TEXT NOT NULL,
+    step             INTEGER NOT NULL,
+    idx              INTEGER NOT NULL,
+    name             TEXT NOT NULL,
+    payload          BLOB NOT NULL,
+    status           TEXT NOT NULL,           -- pending|running|done|dead
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    lease_owner      TEXT,
+    lease_expires_at REAL,
+    epoch            INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at  REAL NOT NULL,
+    result           BLOB,
+    error            TEXT,
+    compensates      TEXT,
+    created_at       REAL NOT NULL,
+    done_at          REAL,
+    PRIMARY KEY (thread_id, key)
+);
+CREATE INDEX outbox_due ON outbox (status, next_attempt_at);
+
+-- Mailboxes, keyed by the recipient's thread_id.
+CREATE TABLE mailbox (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    thread_id     TEXT NOT NULL,
+    sender        TEXT,
+    message       BLOB NOT NULL,
+    created_at    REAL NOT NULL,
+    consumed_step INTEGER
+);
+CREATE INDEX mailbox_pending ON mailbox (thread_id, consumed_step, id);
+
+-- Rainbow deploys: routing weights per version.
+CREATE TABLE deployments (
+    version    TEXT PRIMARY KEY,
+    weight     REAL NOT NULL,
+    state      TEXT NOT NULL,                 -- active|draining|retired
+    updated_at REAL NOT NULL
+);

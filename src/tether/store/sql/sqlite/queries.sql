@@ -1,0 +1,116 @@
+-- Named queries for the SQLite store. NOW is the database clock in Unix seconds:
+-- (julianday('now') - 2440587.5) * 86400.0, constant within one statement.
+
+-- name: now
+SELECT (julianday('now') - 2440587.5) * 86400.0;
+
+-- name: insert_run
+-- A new run is queued; the caller's transaction makes insert-or-return atomic.
+INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash, idempotency_key,
+                  parent_thread_id, forked_from, forked_step, created_at, updated_at)
+VALUES (:thread_id, :agent, :version, 'queued', :node, :input, :input_hash, :idempotency_key,
+        :parent_thread_id, :forked_from, :forked_step,
+        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT DO NOTHING
+RETURNING *;
+
+-- name: get_run
+SELECT * FROM runs WHERE thread_id = :thread_id;
+
+-- name: get_run_by_key
+SELECT * FROM runs WHERE idempotency_key = :key;
+
+-- name: list_runs
+-- Newest first, keyset-paginated on (created_at, thread_id).
+SELECT * FROM runs
+WHERE (:status IS NULL OR status = :status)
+  AND (:agent IS NULL OR agent = :agent)
+  AND (:before_ts IS NULL OR (created_at, thread_id) < (:before_ts, :before_id))
+ORDER BY created_at DESC, thread_id DESC
+LIMIT :limit;
+
+-- name: claim_runs
+-- Leases claimable runs of one version: each claim bumps the fencing epoch, so any earlier
+-- holder's writes (which check the epoch) are refused from here on.
+UPDATE runs
+SET status = 'running', lease_owner = :worker,
+    lease_expires_at = (julianday('now') - 2440587.5) * 86400.0 + :ttl,
+    epoch = epoch + 1, attempt = attempt + 1, wake_at = NULL,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE thread_id IN (
+    SELECT thread_id FROM runs
+    WHERE version = :version
+      AND agent IN (SELECT value FROM json_each(:agents))
+      AND ((status IN ('queued', 'sleeping')
+            AND (wake_at IS NULL OR wake_at <= (julianday('now') - 2440587.5) * 86400.0))
+           OR (status = 'running'
+               AND lease_expires_at < (julianday('now') - 2440587.5) * 86400.0))
+    ORDER BY coalesce(wake_at, created_at)
+    LIMIT :limit)
+RETURNING *;
+
+-- name: renew_leases
+-- One statement renews every lease a worker holds.
+UPDATE runs SET lease_expires_at = (julianday('now') - 2440587.5) * 86400.0 + :ttl
+WHERE lease_owner = :worker AND status = 'running'
+RETURNING thread_id;
+
+-- name: release_run
+-- Gives a run back for any worker to claim at once; only the current epoch may.
+UPDATE runs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, attempt = 0,
+                updated_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running';
+
+-- name: insert_journal
+-- Journals a call result only while the caller's epoch is current.
+INSERT INTO journal (thread_id, step, idx, name, result)
+SELECT :thread_id, :step, :idx, :name, :result
+WHERE EXISTS (SELECT 1 FROM runs
+              WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running');
+
+-- name: load_journal
+SELECT idx, name, result FROM journal WHERE thread_id = :thread_id AND step = :step ORDER BY idx;
+
+-- name: commit_run
+-- Moves the run past a committed step, fenced by the epoch; 0 rows = lease lost.
+UPDATE runs
+SET step = :step, node = :next_node, status = :status,
+    attempt = CASE WHEN :status = 'running' THEN 1 ELSE 0 END, failures = 0,
+    wake_at = :wake_at, waiting_for = :waiting_for,
+    lease_owner = CASE WHEN :status = 'running' THEN lease_owner END,
+    lease_expires_at = CASE WHEN :status = 'running' THEN lease_expires_at END,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running';
+
+-- name: insert_checkpoint
+INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
+                         started_at, finished_at)
+VALUES (:thread_id, :step, :node, :next_node, :kind, :data, :worker, :attempt,
+        :started_at, :finished_at);
+
+-- name: fail_step
+-- Records a failed attempt, fenced: final -> failed with the error; else queued until wake_at.
+UPDATE runs
+SET status = CASE WHEN :final THEN 'failed' ELSE 'queued' END,
+    node = CASE WHEN :final THEN NULL ELSE node END,
+    failures = :failures, wake_at = :wake_at, error = :error,
+    lease_owner = NULL, lease_expires_at = NULL,
+    attempt = CASE WHEN :final THEN attempt ELSE 0 END,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running';
+
+-- name: cancel_run
+-- Cancels a live run at once; the epoch bump fences out a worker still running it.
+UPDATE runs
+SET status = 'cancelled', epoch = epoch + 1, lease_owner = NULL, lease_expires_at = NULL,
+    wake_at = NULL, updated_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE thread_id = :thread_id AND status NOT IN ('completed', 'failed', 'cancelled');
+
+-- name: last_snapshot
+SELECT max(step) FROM checkpoints
+WHERE thread_id = :thread_id AND kind = 's' AND step <= :upto;
+
+-- name: checkpoints_range
+SELECT * FROM checkpoints
+WHERE thread_id = :thread_id AND step >= :from_step AND step <= :upto
+ORDER BY step;

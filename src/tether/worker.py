@@ -1,0 +1,316 @@
+"""The worker: claim -> load -> run node -> commit, for many runs at once.
+
+One asyncio.TaskGroup holds the claimer (this coroutine), the heartbeat and one task per
+leased run. A run task keeps its lease across steps, so a run's state stays in memory from
+step to step and is replayed from the log only when the run is claimed. Every commit carries
+the lease's fencing epoch; a refused commit (LeaseLost) abandons the run without side effects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import traceback
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from . import serde
+from .agent import Agent, Command
+from .context import Context
+from .errors import (
+    DefinitionError,
+    LeaseLost,
+    NondeterminismError,
+    SerializationError,
+    StoreError,
+)
+from .retry import FailureCategory
+from .state import encode_delta, merge, replay
+from .store.base import Lease, RunRecord, StepCommit
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+log = logging.getLogger("tether.worker")
+
+_FINAL = {
+    NondeterminismError: FailureCategory.NONDETERMINISM,
+    SerializationError: FailureCategory.SERIALIZATION,
+    DefinitionError: FailureCategory.DEFINITION,
+}
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def error_json(category: FailureCategory, exc: BaseException) -> bytes:
+    return serde.dumps({
+        "category": category.value,
+        "type": type(exc).__qualname__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+    })
+
+
+class Worker:
+    """Runs steps of claimable runs of `runtime.version` until stopped."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        concurrency: int,
+        claim_batch: int = 100,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.runtime = runtime
+        self.store = runtime.store
+        self.settings = runtime.settings
+        self.id = worker_id()
+        self.concurrency = concurrency
+        self.claim_batch = claim_batch
+        self.steps_committed = 0
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._leases: dict[str, Lease] = {}
+        self._abandoned: set[str] = set()
+        self._orphans: dict[str, Lease] = {}
+        self._stopping = False
+
+    def __repr__(self) -> str:
+        return f"Worker({self.id!r}, active={len(self._tasks)})"
+
+    # -- control ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop claiming; in-flight steps finish (up to the grace period) and their runs are
+        released for other workers."""
+        self._stopping = True
+        self.store.work_available.set()
+
+    def cancel_local(self, thread_id: str) -> None:
+        """Abandon a run this worker is driving (cancelled or lease lost)."""
+        task = self._tasks.get(thread_id)
+        if task is not None and not task.done():
+            self._abandoned.add(thread_id)
+            task.cancel()
+
+    @property
+    def active(self) -> int:
+        return len(self._tasks)
+
+    # -- main loop -------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        log.info("worker %s starting (version %s, concurrency %d, lease %.1fs)",
+                 self.id, self.runtime.version, self.concurrency, self.settings.lease_ttl)
+        async with asyncio.TaskGroup() as tg:
+            heartbeat = tg.create_task(self._heartbeat())
+            watcher = tg.create_task(self._watch(stop)) if stop is not None else None
+            try:
+                await self._claim_loop(tg)
+            finally:
+                await self._drain()
+                heartbeat.cancel()
+                if watcher is not None:
+                    watcher.cancel()
+        log.info("worker %s stopped after %d steps", self.id, self.steps_committed)
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        self.stop()
+
+    async def _claim_loop(self, tg: asyncio.TaskGroup) -> None:
+        wake = self.store.work_available
+        agents = list(self.runtime.agents)
+        poll = self.settings.poll_interval
+        while not self._stopping:
+            free = self.concurrency - len(self._tasks)
+            wake.clear()
+            if free > 0:
+                want = min(free, self.claim_batch)
+                try:
+                    claimed = await self.store.claim_runs(
+                        self.id, self.runtime.version, agents, want, self.settings.lease_ttl
+                    )
+                except StoreError as exc:
+                    log.warning("claim failed, retrying in %.1fs: %s", poll, exc)
+                    claimed = []
+                for rec in claimed:
+                    if self._stopping:
+                        self._orphans[rec.thread_id] = Lease(rec.thread_id, self.id, rec.epoch)
+                        continue
+                    self._leases[rec.thread_id] = Lease(rec.thread_id, self.id, rec.epoch)
+                    self._tasks[rec.thread_id] = tg.create_task(self._drive(rec))
+                if len(claimed) == want:
+                    await asyncio.sleep(0)
+                    continue
+            try:
+                async with asyncio.timeout(poll):
+                    await wake.wait()
+            except TimeoutError:
+                pass
+
+    async def _drain(self) -> None:
+        """Shutdown: let in-flight steps finish within the grace period, then cancel the
+        rest and release every lease still held so other workers resume at once."""
+        self._stopping = True
+        if self._tasks:
+            pending = list(self._tasks.values())
+            log.info("worker %s: finishing %d in-flight steps", self.id, len(pending))
+            _, late = await asyncio.wait(pending, timeout=self.settings.shutdown_grace)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
+        leases = list(self._orphans.values()) + list(self._leases.values())
+        self._orphans.clear()
+        if leases:
+            try:
+                await self.store.release_runs(leases)
+            except StoreError as exc:
+                log.warning("could not release %d leases (they expire in %.1fs): %s",
+                            len(leases), self.settings.lease_ttl, exc)
+
+    async def _heartbeat(self) -> None:
+        interval = self.settings.lease_ttl / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                if self._orphans:
+                    orphans = list(self._orphans.values())
+                    await self.store.release_runs(orphans)
+                    for le in orphans:
+                        self._orphans.pop(le.thread_id, None)
+                if not self._tasks:
+                    continue
+                driving = set(self._tasks)
+                held = await self.store.renew_leases(self.id, self.settings.lease_ttl)
+            except StoreError as exc:
+                log.warning("heartbeat failed: %s", exc)
+                continue
+            for thread_id in driving - held:
+                # Taken over (the zombie case) or cancelled: stop running its node.
+                if thread_id in self._tasks:
+                    log.info("lost lease on %s; abandoning its in-flight step", thread_id)
+                    self.cancel_local(thread_id)
+
+    # -- one run ---------------------------------------------------------------------------
+
+    async def _drive(self, rec: RunRecord) -> None:
+        thread_id = rec.thread_id
+        lease = self._leases[thread_id]
+        try:
+            await self._execute(rec, lease)
+        except asyncio.CancelledError:
+            if thread_id not in self._abandoned:
+                self._orphans[thread_id] = lease
+                raise
+        except LeaseLost as exc:
+            log.info("%s", exc)
+        except Exception:
+            # A store outage or an internal error: give the run back rather than hold it.
+            log.exception("run %s: step aborted; the run is released for retry", thread_id)
+            self._orphans[thread_id] = lease
+        finally:
+            self._tasks.pop(thread_id, None)
+            self._leases.pop(thread_id, None)
+            self._abandoned.discard(thread_id)
+            self.store.work_available.set()
+
+    async def _execute(self, rec: RunRecord, lease: Lease) -> None:
+        runtime, store = self.runtime, self.store
+        agent = runtime.agents.get(rec.agent)
+        if agent is None:  # not claimable by us; claim filters by agent
+            raise DefinitionError(f"agent {rec.agent!r} is not registered in this worker")
+        rows = await store.load_checkpoints(rec.thread_id) if rec.step > 0 else []
+        state = replay(rec.input, ((cp.kind, cp.data) for cp in rows))
+        since_snapshot = len(rows) - (1 if rows and rows[0].kind == "s" else 0)
+        journal = await store.load_journal(rec.thread_id, rec.step + 1)
+        step, node_name, attempt, failures = rec.step, rec.node, rec.attempt, rec.failures
+        snapshot_every = self.settings.snapshot_every
+        while True:
+            step += 1
+            started = time.time()
+            try:
+                if node_name is None:
+                    raise DefinitionError(f"run {rec.thread_id!r} has no next node")
+                node = agent.get_node(node_name)
+                ctx = Context(store=store, lease=lease, agent=agent.name, node=node_name,
+                              step=step, attempt=attempt, journal=journal)
+                cmd = await node.fn(dict(state), ctx)
+                next_node = _check_command(agent, node_name, cmd)
+                delta = merge(state, cmd.update)
+                if since_snapshot + 1 >= snapshot_every:
+                    kind, data = "s", serde.dumps(state, "state")
+                    since_snapshot = 0
+                else:
+                    kind, data = "d", encode_delta(delta, node_name)
+                    since_snapshot += 1
+            except (LeaseLost, StoreError):
+                raise
+            except Exception as exc:
+                failures += 1
+                await self._failed(agent, node_name, lease, failures, exc)
+                return
+            if next_node is None:
+                status = "completed"
+            else:
+                status = "queued" if self._stopping else "running"
+            await store.commit_step(StepCommit(
+                lease=lease, step=step, node=node_name or "", next_node=next_node, kind=kind,
+                data=data, attempt=attempt, started_at=started, finished_at=time.time(),
+                status=status,
+            ))
+            self.steps_committed += 1
+            if status != "running":
+                self._leases.pop(rec.thread_id, None)
+                if status == "completed":
+                    runtime.notify_finished(rec.thread_id)
+                return
+            node_name, attempt, failures, journal = next_node, 1, 0, []
+
+    async def _failed(
+        self, agent: Agent, node_name: str | None, lease: Lease, failures: int, exc: Exception
+    ) -> None:
+        category = next((c for t, c in _FINAL.items() if isinstance(exc, t)), None)
+        delay: float | None = None
+        if category is None:
+            category = FailureCategory.EXCEPTION
+            node = agent.nodes.get(node_name or "")
+            policy = agent.retry_for(node) if node is not None else agent.retry
+            delay = policy.next_delay(failures, exc)
+        error = error_json(category, exc)
+        if delay is None:
+            log.warning("run %s failed (%s) at node %s: %r", lease.thread_id, category.value,
+                        node_name, exc)
+            await self.store.fail_step(lease, failures=failures, wake_at=None, error=error,
+                                       final=True)
+            self._leases.pop(lease.thread_id, None)
+            self.runtime.notify_finished(lease.thread_id)
+            return
+        log.info("run %s: attempt %d of node %s failed (%r); retry in %.2fs",
+                 lease.thread_id, failures, node_name, exc, delay)
+        wake_at = await self.store.now() + delay
+        await self.store.fail_step(lease, failures=failures, wake_at=wake_at, error=error,
+                                   final=False)
+        self._leases.pop(lease.thread_id, None)
+
+
+def _check_command(agent: Agent, node_name: str | None, cmd: Any) -> str | None:
+    """The next node of a valid command (None when the run finishes)."""
+    if not isinstance(cmd, Command):
+        raise DefinitionError(
+            f"node {node_name!r} of agent {agent.name!r} returned {type(cmd).__name__!r}; "
+            "a node must return tether.goto(node, update) or tether.finish(update)"
+        )
+    if cmd.kind == "finish":
+        return None
+    if cmd.kind == "goto" and cmd.node is not None:
+        agent.get_node(cmd.node)
+        return cmd.node
+    raise DefinitionError(f"node {node_name!r} returned an unsupported command {cmd!r}")
