@@ -17,7 +17,7 @@ import asyncio
 import os
 import shutil
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -203,6 +203,12 @@ def db_url(databases: Databases) -> str:
 def empty_db_url(databases: Databases) -> str:
     """A database URL with no tether schema at all."""
     return databases.create(migrated=False)
+
+
+@pytest.fixture
+def store_for() -> Callable[[str], Store]:
+    """The store constructor for a URL (not opened)."""
+    return make_store
 
 
 @pytest.fixture

@@ -151,6 +151,17 @@ class Runtime:
     def db_url(self) -> str:
         return self.store.url
 
+    def with_db(self, db_url: str, *, lease_ttl: float | None = None) -> Runtime:
+        """The same agents and version on another database (or with another lease TTL)."""
+        return Runtime(
+            db_url,
+            agents=list(self.agents.values()),
+            version=self.version,
+            lease_ttl=lease_ttl if lease_ttl is not None else self.settings.lease_ttl,
+            poll_interval=self.settings.poll_interval,
+            snapshot_every=self.settings.snapshot_every,
+        )
+
     def add_agent(self, agent: Agent) -> None:
         if not isinstance(agent, Agent):
             raise DefinitionError(f"agents must be tether.Agent instances, got {agent!r}")
@@ -240,7 +251,7 @@ class Runtime:
             raise RunNotFound(f"no run with thread_id {thread_id!r}")
         return await self._with_state(rec)
 
-    async def list(
+    async def list_runs(
         self,
         *,
         status: str | None = None,

@@ -1,20 +1,16 @@
 """SQLite store: the embedded default.
 
-One connection per thread: a writer thread batches every write submitted while the previous
-batch was committing into one IMMEDIATE transaction (group commit, one fsync for many steps;
-each job in its own savepoint so one failure does not undo the others), and a reader thread
-serves reads from a WAL snapshot without waiting for fsyncs. `synchronous=FULL` by default:
-a committed checkpoint survives power loss, not just a process crash.
+Writes submitted during one event-loop iteration are committed together in one IMMEDIATE
+transaction (group commit: one fsync for many steps); reads use a second connection and see
+the last committed WAL snapshot. WAL mode with `synchronous=FULL` by default: a committed
+checkpoint survives power loss, not just a process crash.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import queue
 import sqlite3
-import threading
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
@@ -54,116 +50,86 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
     return path, opts
 
 
-class _DBThread:
-    """A thread owning one sqlite3 connection; jobs run in batches, results go back to the
-    event loop in one callback per batch."""
+class _Connections:
+    """A write connection whose jobs are batched per event-loop iteration, and a read
+    connection used directly. SQLite calls are short (microseconds, or one fsync per batch),
+    so they run on the loop thread: a hand-off to a thread would cost more than it saves."""
 
-    def __init__(self, connect: Callable[[], sqlite3.Connection], name: str, writer: bool):
-        self._connect = connect
-        self._writer = writer
-        self._queue: queue.SimpleQueue[tuple[Job, asyncio.Future[Any], bool] | None] = (
-            queue.SimpleQueue()
-        )
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def start(self) -> None:
+    def __init__(self, connect: Callable[[], sqlite3.Connection], shared: bool) -> None:
+        self.write = connect()
+        self.read = self.write if shared else connect()
+        self._pending: list[tuple[Job, asyncio.Future[Any]]] = []
         self._loop = asyncio.get_running_loop()
-        self._thread.start()
-        self._ready.wait()
-        if self._error is not None:
-            raise self._error
+        self._scheduled = False
 
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
+    def close(self) -> None:
+        if self._pending:
+            self._flush()
+        if self.read is not self.write:
+            self.read.close()
+        self.write.close()
 
-    def submit(self, job: Job, write: bool) -> asyncio.Future[Any]:
-        assert self._loop is not None, "store is not open"
+    def submit(self, job: Job) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any] = self._loop.create_future()
-        self._queue.put((job, fut, write))
+        self._pending.append((job, fut))
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
         return fut
 
-    def _main(self) -> None:
-        try:
-            conn = self._connect()
-        except BaseException as exc:  # reported to start()
-            self._error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        try:
-            while True:
-                item = self._queue.get()
-                if item is None:
-                    return
-                batch = [item]
-                stop = False
-                while len(batch) < _MAX_BATCH:
-                    try:
-                        nxt = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if nxt is None:
-                        stop = True
-                        break
-                    batch.append(nxt)
-                self._run_batch(conn, batch)
-                if stop:
-                    return
-        finally:
-            conn.close()
+    def _flush(self) -> None:
+        """Commit every write submitted since the last flush in one IMMEDIATE transaction
+        (group commit: one fsync for all). If any job fails, the batch is rolled back and
+        each job is retried in a transaction of its own, so a failing job is undone alone."""
+        self._scheduled = False
+        batch, self._pending = self._pending[:_MAX_BATCH], self._pending[_MAX_BATCH:]
+        if self._pending:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
+        results = self._transaction(batch)
+        if results is None:
+            results = []
+            for item in batch:
+                results.extend(self._transaction([item]) or [])
+        _deliver(results)
 
-    def _run_batch(
-        self, conn: sqlite3.Connection, batch: list[tuple[Job, asyncio.Future[Any], bool]]
-    ) -> None:
+    def _transaction(
+        self, batch: list[tuple[Job, asyncio.Future[Any]]]
+    ) -> list[tuple[asyncio.Future[Any], bool, Any]] | None:
+        """Run jobs in one transaction. None if a job of a multi-job batch failed (rolled
+        back); a single job's failure is returned as its result."""
+        conn = self.write
         results: list[tuple[asyncio.Future[Any], bool, Any]] = []
-        reads = [b for b in batch if not b[2]]
-        writes = [b for b in batch if b[2]]
-        for job, fut, _ in reads:
-            try:
-                conn.execute("BEGIN")
-                try:
-                    results.append((fut, True, job(conn)))
-                finally:
-                    conn.execute("COMMIT")
-            except BaseException as exc:
-                results.append((fut, False, _wrap(exc)))
-        if writes:
-            pending: list[tuple[asyncio.Future[Any], bool, Any]] = []
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                for job, fut, _ in writes:
-                    conn.execute("SAVEPOINT job")
-                    try:
-                        value = job(conn)
-                    except BaseException as exc:
-                        conn.execute("ROLLBACK TO job")
-                        conn.execute("RELEASE job")
-                        pending.append((fut, False, _wrap(exc)))
-                    else:
-                        conn.execute("RELEASE job")
-                        pending.append((fut, True, value))
-                conn.execute("COMMIT")
-                results.extend(pending)
-            except BaseException as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                err = _wrap(exc)
-                results.extend((fut, False, err) for _, fut, _ in writes)
-        assert self._loop is not None
         try:
-            self._loop.call_soon_threadsafe(_deliver, results)
-        except RuntimeError:  # loop closed while we were working
-            pass
+            conn.execute("BEGIN IMMEDIATE")
+            for job, fut in batch:
+                results.append((fut, True, job(conn)))
+            conn.execute("COMMIT")
+        except Exception as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if len(batch) > 1:
+                return None
+            return [(batch[0][1], False, _wrap(exc))]
+        return results
+
+    def run_read(self, job: Job) -> Any:
+        conn = self.read
+        try:
+            if conn is self.write:
+                return job(conn)
+            conn.execute("BEGIN")
+            try:
+                return job(conn)
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise _wrap(exc) from exc
 
 
 def _deliver(results: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
     for fut, ok, value in results:
-        if fut.done():
+        if fut.done():  # the caller was cancelled; the write still happened or not, atomically
             continue
         if ok:
             fut.set_result(value)
@@ -199,11 +165,8 @@ class SQLiteStore:
         self.synchronous = sync
         self.busy_timeout = busy_timeout
         self.memory = self.path == ":memory:"
-        self._target = f"file:tether-{uuid.uuid4().hex}?mode=memory&cache=shared" if self.memory else self.path
         self._q = queries("sqlite")
-        self._writer: _DBThread | None = None
-        self._reader: _DBThread | None = None
-        self._keepalive: sqlite3.Connection | None = None
+        self._conns: _Connections | None = None
         self.work_available = asyncio.Event()
 
     def __repr__(self) -> str:
@@ -219,13 +182,7 @@ class SQLiteStore:
                     f"cannot open {self.url}: directory {parent!r} does not exist"
                 )
         try:
-            conn = sqlite3.connect(
-                self._target,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=self.busy_timeout,
-                uri=self.memory,
-            )
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
             if not self.memory:
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
@@ -235,18 +192,9 @@ class SQLiteStore:
         return conn
 
     async def open(self, *, check_schema: bool = True) -> None:
-        if self._writer is not None:
+        if self._conns is not None:
             return
-        if self.memory:
-            # A shared-cache in-memory database lives while one connection is open.
-            self._keepalive = self._connect()
-        self._writer = _DBThread(self._connect, f"tether-sqlite-writer", writer=True)
-        self._writer.start()
-        if self.memory:
-            self._reader = self._writer
-        else:
-            self._reader = _DBThread(self._connect, f"tether-sqlite-reader", writer=False)
-            self._reader.start()
+        self._conns = _Connections(self._connect, shared=self.memory)
         if check_schema:
             current, target = await self.schema_version()
             if current < target:
@@ -254,25 +202,19 @@ class SQLiteStore:
                 raise SchemaError(behind_message(current, target, self.url))
 
     async def close(self) -> None:
-        writer, reader = self._writer, self._reader
-        self._writer = self._reader = None
-        if reader is not None and reader is not writer:
-            await asyncio.to_thread(reader.stop)
-        if writer is not None:
-            await asyncio.to_thread(writer.stop)
-        if self._keepalive is not None:
-            self._keepalive.close()
-            self._keepalive = None
+        conns, self._conns = self._conns, None
+        if conns is not None:
+            conns.close()
 
     def _w(self, job: Job) -> asyncio.Future[Any]:
-        if self._writer is None:
+        if self._conns is None:
             raise StoreError("store is not open")
-        return self._writer.submit(job, True)
+        return self._conns.submit(job)
 
-    def _r(self, job: Job) -> asyncio.Future[Any]:
-        if self._reader is None:
+    async def _r(self, job: Job) -> Any:
+        if self._conns is None:
             raise StoreError("store is not open")
-        return self._reader.submit(job, False)
+        return self._conns.run_read(job)
 
     # -- schema ----------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 -- tether schema 1 (Postgres). Times are DOUBLE PRECISION seconds since the Unix epoch, read from the
 -- database clock. Every table carries thread_id so the schema can be split by thread.
+-- Steps and fencing epochs are BIGINT: long-lived actor runs must never wrap them.
 
 CREATE TABLE runs (
     thread_id        TEXT PRIMARY KEY,
@@ -7,7 +8,7 @@ CREATE TABLE runs (
     version          TEXT NOT NULL,
     status           TEXT NOT NULL,           -- queued|running|waiting|sleeping|completed|failed|cancelled
     node             TEXT,                    -- node to run next (NULL once terminal)
-    step             INTEGER NOT NULL DEFAULT 0,  -- last committed super-step
+    step             BIGINT NOT NULL DEFAULT 0,   -- last committed super-step
     attempt          INTEGER NOT NULL DEFAULT 0,  -- executions of the current step so far
     failures         INTEGER NOT NULL DEFAULT 0,  -- failed attempts of the current step
     input            BYTEA NOT NULL,           -- initial state (the base every replay starts from)
@@ -15,17 +16,20 @@ CREATE TABLE runs (
     idempotency_key  TEXT UNIQUE,
     lease_owner      TEXT,
     lease_expires_at DOUBLE PRECISION,
-    epoch            INTEGER NOT NULL DEFAULT 0,  -- fencing epoch, bumped on every claim
-    wake_at          DOUBLE PRECISION,                    -- not claimable before this time
+    epoch            BIGINT NOT NULL DEFAULT 0,   -- fencing epoch, bumped on every claim
+    wake_at          DOUBLE PRECISION,        -- not claimable before this time
     waiting_for      TEXT,                    -- interrupt|mail|join when status = waiting
     error            BYTEA,                    -- JSON {category, type, message, traceback}
     parent_thread_id TEXT,
     forked_from      TEXT,
-    forked_step      INTEGER,
+    forked_step      BIGINT,
     created_at       DOUBLE PRECISION NOT NULL,
     updated_at       DOUBLE PRECISION NOT NULL
-);
-CREATE INDEX runs_claim ON runs (version, status, wake_at);
+) WITH (fillfactor = 80);  -- room on each page for HOT updates: a step commit rewrites the row
+-- Only live runs can become claimable, so the claim scan walks this small partial index in
+-- claim order (the columns match the claim_runs query) instead of every finished run.
+CREATE INDEX runs_claimable ON runs (version, (coalesce(wake_at, created_at)))
+    WHERE status IN ('queued', 'sleeping', 'running');
 CREATE INDEX runs_lease ON runs (lease_owner) WHERE lease_owner IS NOT NULL;
 CREATE INDEX runs_created ON runs (created_at, thread_id);
 CREATE INDEX runs_parent ON runs (parent_thread_id) WHERE parent_thread_id IS NOT NULL;
@@ -34,7 +38,7 @@ CREATE INDEX runs_parent ON runs (parent_thread_id) WHERE parent_thread_id IS NO
 -- ({"s": {key: value}, "a": {key: [appended items]}}) against the previous step.
 CREATE TABLE checkpoints (
     thread_id   TEXT NOT NULL,
-    step        INTEGER NOT NULL,
+    step        BIGINT NOT NULL,
     node        TEXT NOT NULL,
     next_node   TEXT,
     kind        TEXT NOT NULL,
@@ -49,7 +53,7 @@ CREATE TABLE checkpoints (
 -- Recorded results of nondeterministic calls, keyed by (run, step, call index).
 CREATE TABLE journal (
     thread_id TEXT NOT NULL,
-    step      INTEGER NOT NULL,
+    step      BIGINT NOT NULL,
     idx       INTEGER NOT NULL,
     name      TEXT NOT NULL,
     result    BYTEA NOT NULL,
@@ -59,7 +63,7 @@ CREATE TABLE journal (
 -- Human-in-the-loop interrupts: one row per interrupt reached, answered exactly once.
 CREATE TABLE interrupts (
     thread_id   TEXT NOT NULL,
-    step        INTEGER NOT NULL,
+    step        BIGINT NOT NULL,
     idx         INTEGER NOT NULL,
     id          TEXT NOT NULL UNIQUE,
     payload     BYTEA NOT NULL,
@@ -75,7 +79,7 @@ CREATE INDEX interrupts_pending ON interrupts (status, created_at);
 CREATE TABLE outbox (
     thread_id        TEXT NOT NULL,
     key              TEXT NOT NULL,
-    step             INTEGER NOT NULL,
+    step             BIGINT NOT NULL,
     idx              INTEGER NOT NULL,
     name             TEXT NOT NULL,
     payload          BYTEA NOT NULL,
@@ -83,7 +87,7 @@ CREATE TABLE outbox (
     attempts         INTEGER NOT NULL DEFAULT 0,
     lease_owner      TEXT,
     lease_expires_at DOUBLE PRECISION,
-    epoch            INTEGER NOT NULL DEFAULT 0,
+    epoch            BIGINT NOT NULL DEFAULT 0,
     next_attempt_at  DOUBLE PRECISION NOT NULL,
     result           BYTEA,
     error            TEXT,
@@ -101,7 +105,7 @@ CREATE TABLE mailbox (
     sender        TEXT,
     message       BYTEA NOT NULL,
     created_at    DOUBLE PRECISION NOT NULL,
-    consumed_step INTEGER
+    consumed_step BIGINT
 );
 CREATE INDEX mailbox_pending ON mailbox (thread_id, consumed_step, id);
 

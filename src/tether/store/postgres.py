@@ -1,0 +1,771 @@
+"""Postgres store: any number of workers on any number of machines share one database.
+
+Connections: a psycopg 3 async pool for reads and ordinary writes; one pool connection held by
+the committer for step commits and journal writes; one dedicated connection LISTENing on
+`tether_work`. Every statement runs in autocommit unless it says otherwise, and every
+operation is one statement (one round trip) on the hot path.
+
+Group commit: commit_step and record_call go through one committer task. A job submitted while
+the committer is idle runs at once as one autocommit statement; jobs that pile up meanwhile are
+committed together in one transaction, pipelined (one round trip, one WAL flush for the lot).
+Each job's statement is fenced on its own (a stale epoch matches no row, it does not fail),
+so one lost lease never affects its batch-mates; if the batch raises, its jobs are retried one
+by one so only the culprit fails. Batches lock run rows in thread_id order, as renew_leases and
+release_runs do, so they cannot deadlock with them.
+
+Durability: `synchronous_commit=on` is set on every connection: a commit acknowledged to a
+worker has been flushed to the WAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Sequence
+from functools import cache
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import TupleRow
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from ..errors import ConfigError, LeaseLost, RunConflict, SchemaError, StoreError, StoreUnavailable
+from .base import CheckpointRecord, JournalRecord, Lease, NewRun, RunRecord, StepCommit
+from .migrate import behind_message, latest, migrations, queries
+
+__all__ = ["CHANNEL", "PostgresStore", "redact_url"]
+
+log = logging.getLogger("tether.store.postgres")
+
+CHANNEL: Final = "tether_work"
+_SCHEMES: Final = ("postgresql", "postgres")
+_SYNC_MODES: Final = frozenset({"on", "off", "local", "remote_write", "remote_apply"})
+_MIGRATE_LOCK: Final = 0x7465746865720001  # b"tether\0\1": one key for every tether database
+_MAX_BATCH: Final = 1000
+_NO_LIMIT: Final = 2**62
+_BACKOFF_MIN, _BACKOFF_MAX = 0.2, 10.0
+
+Conn = AsyncConnection[TupleRow]
+Params = dict[str, Any]
+# (query, params, thread_id, future of "one row came back")
+_Job = tuple[bytes, Params, str, "asyncio.Future[bool]"]
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password (in the userinfo or a `password=` parameter) masked."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<malformed database URL>"
+    netloc = parts.netloc
+    userinfo, at, hostinfo = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        netloc = f"{userinfo.split(':', 1)[0]}:***@{hostinfo}"
+    query = "&".join(
+        "password=***" if item.split("=", 1)[0].lower() == "password" else item
+        for item in parts.query.split("&")
+    ) if parts.query else ""
+    return parts._replace(netloc=netloc, query=query).geturl()
+
+
+@cache
+def _queries() -> dict[str, bytes]:
+    # bytes: psycopg takes them as they are, with no per-call encoding.
+    return {name: sql.encode() for name, sql in queries("postgres").items()}
+
+
+def _run(row: TupleRow) -> RunRecord:
+    return RunRecord(*row)
+
+
+def _checkpoint(row: TupleRow) -> CheckpointRecord:
+    return CheckpointRecord(*row)
+
+
+def _is_disconnect(exc: BaseException) -> bool:
+    """The connection failed, as opposed to the server refusing a statement."""
+    if isinstance(exc, PoolTimeout):
+        return True
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in {"57P01", "57P02", "57P03"}
+
+
+class PostgresStore:
+    dialect = "postgres"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 2,
+        max_size: int = 10,
+        connect_timeout: float = 5.0,
+        pool_timeout: float = 15.0,
+        synchronous_commit: str = "on",
+        debounce: float = 0.01,
+    ):
+        self.url = url
+        self.safe_url = redact_url(url)
+        scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+        if scheme not in _SCHEMES:
+            raise ConfigError(
+                f"malformed Postgres URL {self.safe_url!r}: expected postgresql://user@host:port/db"
+            )
+        if synchronous_commit not in _SYNC_MODES:
+            raise ConfigError(
+                f"synchronous_commit must be one of {sorted(_SYNC_MODES)}, "
+                f"got {synchronous_commit!r}"
+            )
+        if max_size < 2:
+            raise ConfigError("max_size must be at least 2 (the committer holds one connection)")
+        try:
+            params = conninfo_to_dict(url)
+        except psycopg.Error as exc:
+            raise ConfigError(f"malformed Postgres URL {self.safe_url!r}") from exc
+        self._password = str(params.get("password") or "")
+        options = str(params.get("options") or "")
+        params["options"] = f"{options} -c synchronous_commit={synchronous_commit}".strip()
+        params.setdefault("application_name", "tether")
+        params.setdefault("connect_timeout", max(2, round(connect_timeout)))
+        # Find a dead peer (no FIN, e.g. a failed-over host) in seconds, not hours.
+        params.setdefault("keepalives", 1)
+        params.setdefault("keepalives_idle", 10)
+        params.setdefault("keepalives_interval", 5)
+        params.setdefault("keepalives_count", 3)
+        self._conninfo = make_conninfo("", **params)
+        self.min_size = max(1, min(min_size, max_size))
+        self.max_size = max_size
+        self.connect_timeout = connect_timeout
+        self.pool_timeout = pool_timeout
+        self.synchronous_commit = synchronous_commit
+        self.debounce = debounce
+        self._q = _queries()
+        self._pool: AsyncConnectionPool[Conn] | None = None
+        self._accepting = False  # writes are taken (the committer runs)
+        self._busy = False  # the writer connection is in use
+        self._queue: deque[_Job] = deque()
+        self._wake = asyncio.Event()
+        self._committer: asyncio.Task[None] | None = None
+        self._commit_conn: Conn | None = None
+        self._cursor: psycopg.AsyncCursor[TupleRow] | None = None
+        self._writer_lost = False
+        self._stats = dict.fromkeys(("batches", "batched_writes", "largest_batch",
+                                     "batch_retries"), 0)
+        self._listener: asyncio.Task[None] | None = None
+        self._listen_conn: Conn | None = None
+        self._healer: asyncio.Task[None] | None = None
+        self.work_available = asyncio.Event()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.safe_url!r})"
+
+    # -- errors ----------------------------------------------------------------------------
+
+    def _message(self, exc: BaseException) -> str:
+        text = str(exc).strip() or type(exc).__name__
+        if self._password:
+            text = text.replace(self._password, "***")
+        return text.replace("\n", " ").replace("\t", " ")
+
+    def _error(self, exc: BaseException) -> StoreError:
+        """The store-edge translation of a driver error, chained to it."""
+        err: StoreError
+        if _is_disconnect(exc):
+            err = StoreUnavailable(
+                f"Postgres at {self.safe_url} is unavailable: {self._message(exc)}"
+            )
+        else:
+            err = StoreError(f"Postgres error: {self._message(exc)}")
+        err.__cause__ = exc
+        return err
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def _connect(self) -> Conn:
+        return await AsyncConnection.connect(self._conninfo, autocommit=True)
+
+    async def _connect_listener(self) -> Conn:
+        conn = await self._connect()
+        try:
+            await conn.execute(b"LISTEN " + CHANNEL.encode())
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def open(self, *, check_schema: bool = True) -> None:
+        if self._pool is not None:
+            return
+        # A direct connection first: it fails fast, with the server's reason (refused, no such
+        # database, bad password); a pool would only report a timeout.
+        try:
+            async with asyncio.timeout(self.connect_timeout + 1.0):
+                self._listen_conn = await self._connect_listener()
+        except (psycopg.Error, OSError, TimeoutError) as exc:
+            reason = "timed out" if isinstance(exc, TimeoutError) else self._message(exc)
+            raise StoreUnavailable(
+                f"cannot connect to Postgres at {self.safe_url}: {reason}"
+            ) from exc
+        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+            self._conninfo,
+            kwargs={"autocommit": True},
+            min_size=self.min_size,
+            max_size=self.max_size,
+            timeout=self.pool_timeout,
+            name="tether",
+            open=False,
+        )
+        try:
+            await pool.open(wait=True, timeout=self.connect_timeout + 1.0)
+        except (psycopg.Error, OSError) as exc:
+            await pool.close()
+            await self._listen_conn.close()
+            self._listen_conn = None
+            raise StoreUnavailable(
+                f"cannot open a connection pool to Postgres at {self.safe_url}: "
+                f"{self._message(exc)}"
+            ) from exc
+        self._pool = pool
+        if check_schema:
+            try:
+                current, target = await self.schema_version()
+            except BaseException:
+                await self.close()
+                raise
+            if current < target:
+                await self.close()
+                raise SchemaError(behind_message(current, target, self.safe_url))
+        self._accepting = True
+        self._committer = asyncio.create_task(self._commit_loop(), name="tether-pg-committer")
+        self._listener = asyncio.create_task(self._listen_loop(), name="tether-pg-listener")
+
+    async def close(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.cancel()
+            await asyncio.wait([listener])
+        committer, self._committer = self._committer, None
+        self._accepting = False
+        if committer is not None:
+            self._wake.set()  # the committer finishes what was submitted, then stops
+            done, _ = await asyncio.wait([committer], timeout=self.pool_timeout)
+            if not done:
+                committer.cancel()
+                await asyncio.wait([committer])
+        listen_conn, self._listen_conn = self._listen_conn, None  # if the task never started
+        if listen_conn is not None:
+            with contextlib.suppress(psycopg.Error, OSError):
+                await listen_conn.close()
+        healer, self._healer = self._healer, None
+        if healer is not None:
+            healer.cancel()
+            await asyncio.wait([healer])
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            commit_conn, self._commit_conn, self._cursor = self._commit_conn, None, None
+            if commit_conn is not None:
+                with contextlib.suppress(psycopg.Error, OSError):
+                    await pool.putconn(commit_conn)
+            await pool.close()
+
+    def _need_pool(self) -> AsyncConnectionPool[Conn]:
+        if self._pool is None:
+            raise StoreError("store is not open")
+        return self._pool
+
+    async def _fetchall(
+        self, query: bytes, params: Params | None = None, *, idempotent: bool = False
+    ) -> list[TupleRow]:
+        """One statement on a pooled connection. An idempotent one is retried once if its
+        connection turns out to be dead (a database restart kills every pooled one)."""
+        pool = self._need_pool()
+        retry = idempotent
+        while True:
+            try:
+                async with pool.connection() as conn:
+                    cur = await conn.execute(query, params)
+                    return await cur.fetchall()
+            except psycopg.Error as exc:
+                if not _is_disconnect(exc):
+                    raise self._error(exc) from exc
+                if not retry or isinstance(exc, PoolTimeout):
+                    self._heal()
+                    raise self._error(exc) from exc
+                retry = False
+                # What killed this connection (a restart, a failover) likely killed its idle
+                # peers too: test them before the retry takes one.
+                await pool.check()
+
+    async def _fetchone(
+        self, query: bytes, params: Params | None = None, *, idempotent: bool = False
+    ) -> TupleRow | None:
+        rows = await self._fetchall(query, params, idempotent=idempotent)
+        return rows[0] if rows else None
+
+    async def _read(self, query: bytes, params: Params | None = None) -> list[TupleRow]:
+        """An idempotent statement: a read, or a write that is harmless to repeat."""
+        return await self._fetchall(query, params, idempotent=True)
+
+    async def _read_one(self, query: bytes, params: Params | None = None) -> TupleRow | None:
+        return await self._fetchone(query, params, idempotent=True)
+
+    def _lost(self, exc: psycopg.Error) -> StoreError:
+        """_error() for the committer: a lost connection is replaced before the next write
+        (after some errors, e.g. an admin shutdown, it does not look closed yet)."""
+        if _is_disconnect(exc):
+            self._writer_lost = True
+            self._cursor = None
+            self._heal()
+        return self._error(exc)
+
+    def _heal(self) -> None:
+        """After a lost connection, test the pooled idle ones in the background (check()
+        takes them all out of the pool at once, so no later caller gets a dead one)."""
+        pool, healer = self._pool, self._healer
+        if pool is not None and (healer is None or healer.done()):
+            self._healer = asyncio.create_task(pool.check(), name="tether-pg-pool-check")
+
+    # -- schema ----------------------------------------------------------------------------
+
+    async def schema_version(self) -> tuple[int, int]:
+        pool, q = self._need_pool(), self._q
+        try:
+            async with pool.connection() as conn:
+                row = await (await conn.execute(q["schema_table"])).fetchone()
+                current = 0
+                if row is not None and row[0]:
+                    row = await (await conn.execute(q["schema_applied"])).fetchone()
+                    current = int(row[0]) if row is not None else 0
+        except psycopg.Error as exc:
+            raise self._error(exc) from exc
+        return current, latest("postgres")
+
+    async def migrate(self) -> list[int]:
+        pool, q = self._need_pool(), self._q
+        done: list[int] = []
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                # Taken before anything else: a second migrator waits here, then sees our work.
+                await conn.execute(q["migrate_lock"], {"key": _MIGRATE_LOCK})
+                await conn.execute(q["create_schema_version"])
+                row = await (await conn.execute(q["schema_applied"])).fetchone()
+                current = int(row[0]) if row is not None else 0
+                for mig in migrations("postgres"):
+                    if mig.version <= current:
+                        continue
+                    await conn.execute(mig.sql.encode())  # no params: sent as one script
+                    await conn.execute(
+                        q["record_migration"], {"version": mig.version, "name": mig.name}
+                    )
+                    done.append(mig.version)
+        except psycopg.Error as exc:
+            err = self._error(exc)
+            raise type(err)(f"migrating {self.safe_url} failed: {err}") from exc
+        return done
+
+    async def now(self) -> float:
+        row = await self._read_one(self._q["now"])
+        assert row is not None
+        return float(row[0])
+
+    # -- runs ------------------------------------------------------------------------------
+
+    async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        row = await self._fetchone(self._q["create_run"], _new_run_params(new))
+        if row is not None:
+            run, created = _run(row[1:23]), bool(row[0])
+            if created:
+                self.work_available.set()
+                return run, True
+            by = "idempotency key" if (
+                new.idempotency_key is not None and run.idempotency_key == new.idempotency_key
+            ) else "thread_id"
+            return _same_run(run, new, by), False
+        # The row we collided with was committed after our statement's snapshot was taken.
+        if new.idempotency_key is not None:
+            found = await self._read_one(self._q["get_run_by_key"], {"key": new.idempotency_key})
+            if found is not None:
+                return _same_run(_run(found), new, "idempotency key"), False
+        found = await self._read_one(self._q["get_run"], {"thread_id": new.thread_id})
+        if found is None:
+            raise RunConflict(f"thread_id {new.thread_id!r} or idempotency key "
+                              f"{new.idempotency_key!r} is being used by a concurrent start")
+        return _same_run(_run(found), new, "thread_id"), False
+
+    async def get_run(self, thread_id: str) -> RunRecord | None:
+        row = await self._read_one(self._q["get_run"], {"thread_id": thread_id})
+        return None if row is None else _run(row)
+
+    async def list_runs(
+        self,
+        *,
+        status: str | None = None,
+        agent: str | None = None,
+        limit: int = 100,
+        before: tuple[float, str] | None = None,
+    ) -> list[RunRecord]:
+        params = {
+            "status": status,
+            "agent": agent,
+            "limit": limit,
+            "before_ts": before[0] if before else None,
+            "before_id": before[1] if before else None,
+        }
+        return [_run(r) for r in await self._read(self._q["list_runs"], params)]
+
+    # -- leases ----------------------------------------------------------------------------
+
+    async def claim_runs(
+        self, worker: str, version: str, agents: Sequence[str], limit: int, lease_ttl: float
+    ) -> list[RunRecord]:
+        params = {
+            "worker": worker,
+            "version": version,
+            "agents": list(agents),
+            "limit": limit,
+            "ttl": float(lease_ttl),
+        }
+        return [_run(r) for r in await self._fetchall(self._q["claim_runs"], params)]
+
+    async def renew_leases(self, worker: str, lease_ttl: float) -> set[str]:
+        params = {"worker": worker, "ttl": float(lease_ttl)}
+        return {r[0] for r in await self._read(self._q["renew_leases"], params)}
+
+    async def release_runs(self, leases: Sequence[Lease]) -> None:
+        if not leases:
+            return
+        params = {
+            "thread_ids": [le.thread_id for le in leases],
+            "epochs": [le.epoch for le in leases],
+        }
+        await self._read(self._q["release_runs"], params)
+        self.work_available.set()
+
+    # -- steps (through the committer) -----------------------------------------------------
+
+    async def record_call(
+        self, lease: Lease, step: int, idx: int, name: str, result: bytes
+    ) -> None:
+        params = {
+            "thread_id": lease.thread_id,
+            "epoch": lease.epoch,
+            "step": step,
+            "idx": idx,
+            "name": name,
+            "result": result,
+        }
+        if not await self._write(self._q["insert_journal"], params, lease.thread_id):
+            raise LeaseLost(f"run {lease.thread_id!r}: lease lost before journaling call {idx}")
+
+    async def load_journal(self, thread_id: str, step: int) -> list[JournalRecord]:
+        rows = await self._read(self._q["load_journal"], {"thread_id": thread_id, "step": step})
+        return [JournalRecord(r[0], r[1], r[2]) for r in rows]
+
+    async def commit_step(self, commit: StepCommit) -> None:
+        lease = commit.lease
+        params: Params = {
+            "thread_id": lease.thread_id,
+            "epoch": lease.epoch,
+            "step": commit.step,
+            "node": commit.node,
+            "next_node": commit.next_node,
+            "kind": commit.kind,
+            "data": commit.data,
+            "worker": lease.worker,
+            "attempt": commit.attempt,
+            "started_at": commit.started_at,
+            "finished_at": commit.finished_at,
+            "status": commit.status,
+            "wake_at": commit.wake_at,
+            "waiting_for": commit.waiting_for,
+        }
+        wakes = bool(commit.children) or commit.status == "queued"
+        if wakes:
+            _add_children(params, commit.children)
+            query = self._q["commit_step_notify"]
+        else:
+            query = self._q["commit_step"]
+        if not await self._write(query, params, lease.thread_id):
+            raise LeaseLost(
+                f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed"
+            )
+        if wakes:
+            self.work_available.set()
+
+    async def fail_step(
+        self,
+        lease: Lease,
+        *,
+        failures: int,
+        wake_at: float | None,
+        error: bytes | None,
+        final: bool,
+    ) -> None:
+        params = {
+            "thread_id": lease.thread_id,
+            "epoch": lease.epoch,
+            "failures": failures,
+            "wake_at": wake_at,
+            "error": error,
+            "final": final,
+        }
+        if not await self._fetchall(self._q["fail_step"], params):
+            raise LeaseLost(f"run {lease.thread_id!r}: lease lost; failure not recorded")
+        if not final:
+            self.work_available.set()
+
+    async def cancel_run(self, thread_id: str) -> RunRecord | None:
+        # Idempotent: repeated after it took effect, it finds the run terminal and reads it.
+        row = await self._read_one(self._q["cancel_run"], {"thread_id": thread_id})
+        if row is not None:
+            return _run(row)
+        return await self.get_run(thread_id)  # terminal or absent: report it as it is now
+
+    async def load_checkpoints(
+        self, thread_id: str, upto: int | None = None
+    ) -> list[CheckpointRecord]:
+        params = {"thread_id": thread_id, "upto": _NO_LIMIT if upto is None else upto}
+        return [_checkpoint(r) for r in await self._read(self._q["load_checkpoints"], params)]
+
+    async def checkpoints(self, thread_id: str) -> list[CheckpointRecord]:
+        rows = await self._read(self._q["checkpoints"], {"thread_id": thread_id})
+        return [_checkpoint(r) for r in rows]
+
+    # -- the committer ---------------------------------------------------------------------
+
+    async def _write(self, query: bytes, params: Params, thread_id: str) -> bool:
+        """Run one fenced write statement; True if it returned a row (the fence held)."""
+        if not self._accepting:
+            raise StoreError("store is not open")
+        if self._busy or self._queue:
+            # The writer is taken: join the next group commit.
+            fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            self._queue.append((query, params, thread_id, fut))
+            self._wake.set()
+            return await fut
+        # The writer is idle: run it here, with no hop through the committer task. If we are
+        # cancelled meanwhile, psycopg cancels the statement: its outcome is unknown to us, as
+        # for any cancelled write.
+        self._busy = True
+        try:
+            cur = self._cursor
+            if cur is None or cur.closed or cur.connection.closed:
+                cur = await self._new_cursor()
+            await cur.execute(query, params)
+            return cur.rowcount > 0
+        except psycopg.Error as exc:
+            raise self._lost(exc) from exc
+        finally:
+            self._busy = False
+            if self._queue or not self._accepting:
+                self._wake.set()
+
+    async def _commit_loop(self) -> None:
+        queue, wake = self._queue, self._wake
+        batch: list[_Job] = []
+        try:
+            while True:
+                await wake.wait()
+                wake.clear()
+                while queue and not self._busy:
+                    batch = [queue.popleft() for _ in range(min(len(queue), _MAX_BATCH))]
+                    self._busy = True
+                    try:
+                        if len(batch) == 1:
+                            await self._commit_one(batch[0])
+                        else:
+                            await self._commit_batch(batch)
+                    finally:
+                        self._busy = False
+                    batch = []
+                if not self._accepting and not queue and not self._busy:
+                    return
+        finally:
+            # Jobs are left only if we were cancelled (close timed out) or hit a bug: never
+            # leave a caller waiting forever.
+            for job in [*batch, *queue]:
+                _fail(job[3], StoreError("store closed before the write was confirmed"))
+            queue.clear()
+
+    async def _new_cursor(self) -> psycopg.AsyncCursor[TupleRow]:
+        pool = self._need_pool()
+        conn, self._commit_conn, self._cursor = self._commit_conn, None, None
+        if conn is not None and (conn.closed or self._writer_lost):
+            self._writer_lost = False
+            with contextlib.suppress(psycopg.Error, OSError):
+                await conn.close()
+            await pool.putconn(conn)  # closed: the pool discards it and opens another
+            conn = None
+            await pool.check()  # see _fetchall
+        if conn is None:
+            conn = await pool.getconn()
+        self._commit_conn = conn
+        self._cursor = cur = conn.cursor()
+        return cur
+
+    async def _commit_one(self, job: _Job) -> None:
+        query, params, _, fut = job
+        try:
+            cur = self._cursor
+            if cur is None or cur.closed or cur.connection.closed:
+                cur = await self._new_cursor()
+            await cur.execute(query, params)
+        except psycopg.Error as exc:
+            _fail(fut, self._lost(exc))
+        else:
+            _done(fut, cur.rowcount > 0)
+
+    async def _commit_batch(self, batch: list[_Job]) -> None:
+        batch.sort(key=_thread_of)  # lock order: thread_id, as renew_leases and release_runs
+        # Consecutive jobs of one query go out as one executemany (no per-statement cursor),
+        # still in thread_id order; the whole batch is one pipelined transaction.
+        groups: list[tuple[bytes, list[Params]]] = []
+        for query, params, _, _ in batch:
+            if groups and groups[-1][0] is query:
+                groups[-1][1].append(params)
+            else:
+                groups.append((query, [params]))
+        stats = self._stats
+        stats["batches"] += 1
+        stats["batched_writes"] += len(batch)
+        stats["largest_batch"] = max(stats["largest_batch"], len(batch))
+        try:
+            if self._cursor is None or self._cursor.connection.closed:
+                await self._new_cursor()
+            conn = self._commit_conn
+            assert conn is not None
+            curs = [conn.cursor() for _ in groups]
+            async with conn.pipeline(), conn.transaction():
+                for cur, (query, params_seq) in zip(curs, groups, strict=True):
+                    await cur.executemany(query, params_seq, returning=True)
+            fenced: list[bool] = []
+            for cur in curs:
+                fenced.append(cur.rowcount > 0)
+                while cur.nextset():
+                    fenced.append(cur.rowcount > 0)
+        except psycopg.Error as exc:
+            if _is_disconnect(exc):
+                # The outcome is unknown: re-running could commit twice. Report it to all.
+                for job in batch:
+                    _fail(job[3], self._lost(exc))
+                return
+            stats["batch_retries"] += 1
+            log.debug("group commit of %d writes failed (%s); retrying them one by one",
+                      len(batch), self._message(exc))
+            for job in batch:
+                await self._commit_one(job)
+            return
+        if len(fenced) != len(batch):  # cannot happen; never guess which job committed
+            err = StoreError(f"group commit returned {len(fenced)} results for {len(batch)}")
+            for job in batch:
+                _fail(job[3], err)
+            return
+        for (_, _, _, fut), ok in zip(batch, fenced, strict=True):
+            _done(fut, ok)
+
+    def statistics(self) -> dict[str, int]:
+        """Group commit counters: batches, batched_writes, largest_batch, batch_retries."""
+        return dict(self._stats)
+
+    # -- the listener ----------------------------------------------------------------------
+
+    async def _listen_loop(self) -> None:
+        backoff = _BACKOFF_MIN
+        conn, self._listen_conn = self._listen_conn, None
+        while True:
+            try:
+                if conn is None:
+                    conn = await self._connect_listener()
+                    # Notifications sent while we were away are lost: assume work is waiting.
+                    self.work_available.set()
+                    backoff = _BACKOFF_MIN
+                    log.info("listening on %s again", self.safe_url)
+                await self._pump(conn)
+            except Exception as exc:  # the listener must outlive any single failure
+                log.warning("LISTEN connection to %s failed (%s); reconnecting in %.1f s",
+                            self.safe_url, self._message(exc), backoff)
+            finally:
+                if conn is not None:
+                    with contextlib.suppress(psycopg.Error, OSError):
+                        await conn.close()
+                    conn = None
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _BACKOFF_MAX)
+
+    async def _pump(self, conn: Conn) -> None:
+        """Turn notifications into wake-ups, at most one per debounce window: the first
+        notification of a burst sets the event at once, and the rest of the burst (whatever
+        arrives within the window) sets it once more at the end."""
+        event = self.work_available
+        while True:
+            async for _ in conn.notifies(stop_after=1):
+                pass
+            event.set()
+            more = True
+            while more:
+                more = False
+                async for _ in conn.notifies(timeout=self.debounce):
+                    more = True
+                if more:
+                    event.set()
+
+
+def _thread_of(job: _Job) -> str:
+    return job[2]
+
+
+def _done(fut: asyncio.Future[bool], value: bool) -> None:
+    if not fut.done():  # a cancelled caller: the write happened (or not) all the same
+        fut.set_result(value)
+
+
+def _fail(fut: asyncio.Future[bool], error: StoreError) -> None:
+    if not fut.done():
+        fut.set_exception(error)
+
+
+def _new_run_params(new: NewRun) -> Params:
+    return {
+        "thread_id": new.thread_id,
+        "agent": new.agent,
+        "version": new.version,
+        "node": new.node,
+        "input": new.input,
+        "input_hash": new.input_hash,
+        "idempotency_key": new.idempotency_key,
+        "parent_thread_id": new.parent_thread_id,
+        "forked_from": new.forked_from,
+        "forked_step": new.forked_step,
+    }
+
+
+def _add_children(params: Params, children: Sequence[NewRun]) -> None:
+    params["c_thread_id"] = [c.thread_id for c in children]
+    params["c_agent"] = [c.agent for c in children]
+    params["c_version"] = [c.version for c in children]
+    params["c_node"] = [c.node for c in children]
+    params["c_input"] = [c.input for c in children]
+    params["c_input_hash"] = [c.input_hash for c in children]
+    params["c_idempotency_key"] = [c.idempotency_key for c in children]
+    params["c_parent_thread_id"] = [c.parent_thread_id for c in children]
+    params["c_forked_from"] = [c.forked_from for c in children]
+    params["c_forked_step"] = [c.forked_step for c in children]
+
+
+def _same_run(existing: RunRecord, new: NewRun, by: str) -> RunRecord:
+    """An existing run matches a start request only with the same agent and input."""
+    if existing.agent != new.agent or existing.input_hash != new.input_hash:
+        what = (f"thread_id {new.thread_id!r}" if by == "thread_id"
+                else f"idempotency key {new.idempotency_key!r}")
+        raise RunConflict(
+            f"{what} already belongs to a run of agent {existing.agent!r} with different input; "
+            f"use another {by} or the same input"
+        )
+    return existing
