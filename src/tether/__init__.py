@@ -31,8 +31,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Agent",
-    "Append",
     "AppImportError",
+    "Append",
     "Checkpoint",
     "Command",
     "ConfigError",

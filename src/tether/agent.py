@@ -70,14 +70,13 @@ class Agent:
     """
 
     def __init__(self, name: str, *, retry: RetryPolicy | None = None) -> None:
-        if not isinstance(name, str) or not name or not name.replace("-", "_").replace(".", "_").isidentifier():
-            raise DefinitionError(
-                f"agent name must be a non-empty identifier-like string, got {name!r}"
-            )
+        if not isinstance(name, str) or not name.replace("-", "_").replace(".", "_").isidentifier():
+            raise DefinitionError(f"agent name must be an identifier-like string, got {name!r}")
         self.name = name
         self.retry = retry or RetryPolicy()
         self.nodes: dict[str, Node] = {}
         self.start: str | None = None
+        self._explicit_start = False
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, nodes={list(self.nodes)})"
@@ -88,6 +87,8 @@ class Agent:
     @overload
     def node(
         self,
+        fn: None = None,
+        /,
         *,
         start: bool = False,
         name: str | None = None,
@@ -103,8 +104,8 @@ class Agent:
         name: str | None = None,
         retry: RetryPolicy | None = None,
     ) -> NodeFn | Callable[[NodeFn], NodeFn]:
-        """Register an async node `(state, ctx) -> Command`. The first node registered, or the
-        one marked `start=True`, is where runs begin."""
+        """Register an async node `(state, ctx) -> Command`. The node marked `start=True`, or
+        else the first one registered, is where runs begin."""
 
         def register(f: NodeFn) -> NodeFn:
             if not inspect.iscoroutinefunction(f):
@@ -112,24 +113,17 @@ class Agent:
             node_name = name or f.__name__
             if node_name in self.nodes:
                 raise DefinitionError(f"agent {self.name!r} already has a node {node_name!r}")
+            if start and self._explicit_start:
+                raise DefinitionError(
+                    f"agent {self.name!r} has two start nodes: {self.start!r} and {node_name!r}"
+                )
             self.nodes[node_name] = Node(node_name, f, retry)
-            if start:
-                if self.start is not None and self.nodes[self.start].name != node_name and self._explicit_start:
-                    raise DefinitionError(
-                        f"agent {self.name!r} has two start nodes: {self.start!r} and {node_name!r}"
-                    )
+            if start or self.start is None:
                 self.start = node_name
-                self._explicit_start = True
-            elif self.start is None:
-                self.start = node_name
-                self._explicit_start = False
+                self._explicit_start = start
             return f
 
-        if fn is not None:
-            return register(fn)
-        return register
-
-    _explicit_start = False
+        return register(fn) if fn is not None else register
 
     def get_node(self, name: str) -> Node:
         try:

@@ -10,7 +10,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import orjson
@@ -19,7 +19,7 @@ from .config import default_db, redact
 from .errors import AppImportError, ConfigError, TetherError
 from .runtime import Checkpoint, Run, Runtime
 
-Handler = Callable[[argparse.Namespace], Awaitable[int]]
+Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
 
 def load_app(target: str) -> Runtime:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class FailureCategory(str, Enum):
+class FailureCategory(StrEnum):
     """Why a run failed for good; recorded with the run's error."""
 
     EXCEPTION = "exception"            # the node raised and retries are exhausted

@@ -6,7 +6,7 @@ import asyncio
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from . import serde
@@ -18,7 +18,7 @@ from .store import make_store
 from .store.base import TERMINAL, CheckpointRecord, NewRun, RunRecord, Store
 
 
-class RunStatus(str, Enum):
+class RunStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     WAITING = "waiting"

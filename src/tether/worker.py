@@ -257,10 +257,7 @@ class Worker:
                 failures += 1
                 await self._failed(agent, node_name, lease, failures, exc)
                 return
-            if next_node is None:
-                status = "completed"
-            else:
-                status = "queued" if self._stopping else "running"
+            status = "completed" if next_node is None else "queued" if self._stopping else "running"
             await store.commit_step(StepCommit(
                 lease=lease, step=step, node=node_name or "", next_node=next_node, kind=kind,
                 data=data, attempt=attempt, started_at=started, finished_at=time.time(),

@@ -472,7 +472,8 @@ def _new_run_params(new: NewRun) -> dict[str, Any]:
 def _same_run(existing: RunRecord, new: NewRun, by: str) -> RunRecord:
     """An existing run matches a start request only with the same agent and input."""
     if existing.agent != new.agent or existing.input_hash != new.input_hash:
-        what = f"thread_id {new.thread_id!r}" if by == "thread_id" else f"idempotency key {new.idempotency_key!r}"
+        what = (f"thread_id {new.thread_id!r}" if by == "thread_id"
+                else f"idempotency key {new.idempotency_key!r}")
         raise RunConflict(
             f"{what} already belongs to a run of agent {existing.agent!r} with different input; "
             f"use another {by} or the same input"
