@@ -16,6 +16,7 @@ from .errors import (
     InvalidState,
     LeaseLost,
     NondeterminismError,
+    ResumeConflict,
     RunConflict,
     RunNotFound,
     SchemaError,
@@ -25,7 +26,7 @@ from .errors import (
     TetherError,
 )
 from .retry import FailureCategory, RetryPolicy
-from .runtime import Checkpoint, Run, RunError, RunStatus, Runtime
+from .runtime import Checkpoint, Interrupt, Run, RunError, RunStatus, Runtime
 
 __version__ = "0.1.0"
 
@@ -39,9 +40,11 @@ __all__ = [
     "Context",
     "DefinitionError",
     "FailureCategory",
+    "Interrupt",
     "InvalidState",
     "LeaseLost",
     "NondeterminismError",
+    "ResumeConflict",
     "RetryPolicy",
     "Run",
     "RunConflict",

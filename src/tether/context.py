@@ -13,9 +13,21 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import serde
 from .errors import NondeterminismError
+from .store.base import INTERRUPT_CALL, SLEEP_CALL, Park
 
 if TYPE_CHECKING:
     from .store.base import JournalRecord, Lease, Store
+
+StreamSink = Callable[[str, dict[str, Any]], None]
+
+
+class Suspend(BaseException):
+    """Raised by ctx.interrupt / ctx.sleep the first time they are reached: the worker parks
+    the run. A BaseException so that `except Exception` in node code does not swallow it."""
+
+    def __init__(self, park: Park) -> None:
+        super().__init__(park.kind)
+        self.park = park
 
 T = TypeVar("T")
 
@@ -29,8 +41,8 @@ def callable_name(fn: Callable[..., Any]) -> str:
 class Context:
     """Handed to every node execution. One Context per execution of one step."""
 
-    __slots__ = ("_calls", "_journal", "_lease", "_store", "agent", "attempt", "node", "step",
-                 "thread_id", "worker")
+    __slots__ = ("_calls", "_journal", "_lease", "_sink", "_store", "agent", "attempt", "node",
+                 "step", "thread_id", "worker")
 
     def __init__(
         self,
@@ -42,8 +54,10 @@ class Context:
         step: int,
         attempt: int,
         journal: list[JournalRecord],
+        sink: StreamSink | None = None,
     ) -> None:
         self._store = store
+        self._sink = sink
         self._lease = lease
         self._journal = journal
         self._calls = 0
@@ -66,17 +80,9 @@ class Context:
         this step the recorded result is returned instead of calling `fn` again. A different
         function at the same call index raises NondeterminismError.
         """
-        idx = self._calls
-        self._calls += 1
         name = callable_name(fn)
-        if idx < len(self._journal):
-            rec = self._journal[idx]
-            if rec.name != name:
-                raise NondeterminismError(
-                    f"run {self.thread_id!r} step {self.step} node {self.node!r}: call #{idx} is "
-                    f"{name!r} but the journal recorded {rec.name!r}; node code must make the "
-                    f"same calls in the same order when it is re-executed"
-                )
+        idx, rec = self._next(name)
+        if rec is not None:
             result: T = serde.loads(rec.result)
             return result
         value = fn(*args, **kwargs)
@@ -87,3 +93,48 @@ class Context:
         # Return the decoded record so the first execution sees exactly what a replay sees.
         replayed: T = serde.loads(data)
         return replayed
+
+    def interrupt(self, payload: Any = None) -> Any:
+        """Ask a person for input. The first time this is reached the run parks as `waiting`
+        with `payload` recorded (nothing after it in this node runs, and no worker is held);
+        once `runtime.resume(thread_id, value)` answers it, the node runs again from its top
+        and this call returns `value`. Several interrupts in a node are answered in order."""
+        idx, rec = self._next(INTERRUPT_CALL)
+        if rec is not None:
+            return serde.loads(rec.result)
+        data = serde.dumps(payload, "interrupt payload")
+        iid = f"{self.thread_id}:{self.step}:{idx}"
+        raise Suspend(Park("interrupt", self.step, idx, interrupt_id=iid, payload=data))
+
+    def sleep(self, seconds: float) -> None:
+        """A durable timer: the first time, the run parks as `sleeping` and is claimable again
+        after `seconds` (across worker restarts); the node then runs again from its top and
+        this call returns at once."""
+        if not isinstance(seconds, (int, float)) or seconds < 0:
+            raise ValueError(f"ctx.sleep() takes seconds >= 0, got {seconds!r}")
+        _, rec = self._next(SLEEP_CALL)
+        if rec is not None:
+            return
+        raise Suspend(Park("sleep", self.step, self._calls - 1, seconds=float(seconds)))
+
+    def stream(self, event: Any) -> None:
+        """Send a live event (for example LLM tokens) to the run's subscribers (SSE clients,
+        `runtime.subscribe`). Not persisted; dropped when nobody listens."""
+        if self._sink is not None:
+            self._sink(self.thread_id, {"type": "stream", "step": self.step,
+                                        "data": serde.loads(serde.dumps(event, "stream event"))})
+
+    def _next(self, name: str) -> tuple[int, JournalRecord | None]:
+        """The next call index and its journal record, checking the recorded name."""
+        idx = self._calls
+        self._calls += 1
+        if idx >= len(self._journal):
+            return idx, None
+        rec = self._journal[idx]
+        if rec.name != name:
+            raise NondeterminismError(
+                f"run {self.thread_id!r} step {self.step} node {self.node!r}: call #{idx} is "
+                f"{name!r} but the journal recorded {rec.name!r}; node code must make the "
+                f"same calls in the same order when it is re-executed"
+            )
+        return idx, rec

@@ -10,6 +10,7 @@
     ├── DefinitionError              an agent/node is unknown or badly declared
     ├── RunNotFound                  no run has this thread_id
     ├── RunConflict                  thread_id/idempotency key exists with other input
+    │   └── ResumeConflict           the interrupt was already answered
     ├── InvalidState                 the run is not in a state that allows this
     ├── LeaseLost                    another worker holds the run now; commit refused
     └── NondeterminismError          a replayed node made a different call sequence
@@ -59,6 +60,10 @@ class RunNotFound(TetherError):
 
 class RunConflict(TetherError):
     """The thread_id or idempotency key exists with a different agent or input."""
+
+
+class ResumeConflict(RunConflict):
+    """The interrupt was already answered (by a concurrent or earlier resume)."""
 
 
 class InvalidState(TetherError):

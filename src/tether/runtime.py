@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -12,10 +12,16 @@ from typing import Any
 from . import serde
 from .agent import Agent
 from .config import Settings
-from .errors import DefinitionError, RunNotFound, SerializationError
+from .errors import (
+    DefinitionError,
+    InvalidState,
+    ResumeConflict,
+    RunNotFound,
+    SerializationError,
+)
 from .state import replay
 from .store import make_store
-from .store.base import TERMINAL, CheckpointRecord, NewRun, RunRecord, Store
+from .store.base import TERMINAL, CheckpointRecord, InterruptRecord, NewRun, RunRecord, Store
 
 
 class RunStatus(StrEnum):
@@ -142,6 +148,7 @@ class Runtime:
         self._open_lock = asyncio.Lock()
         self._opened = False
         self._finished: dict[str, asyncio.Event] = {}
+        self._subscribers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
         self._workers: list[Any] = []
 
     def __repr__(self) -> str:
@@ -294,6 +301,8 @@ class Runtime:
             raise RunNotFound(f"no run with thread_id {thread_id!r}")
         for w in self._workers:
             w.cancel_local(thread_id)
+        if rec.status == "cancelled":
+            self.emit(thread_id, {"type": "cancelled", "step": rec.step})
         self.notify_finished(thread_id)
         return await self._with_state(rec)
 
@@ -325,6 +334,95 @@ class Runtime:
             await worker.run(stop)
         finally:
             self._workers.remove(worker)
+
+    async def resume(self, thread_id: str, value: Any = None, *,
+                     interrupt_id: str | None = None) -> Interrupt:
+        """Answer the run's pending interrupt with `value` (JSON). Exactly once: a second or
+        concurrent answer to the same interrupt raises ResumeConflict; a run that is not
+        waiting for input raises InvalidState."""
+        data = serde.dumps(value, "resume value")
+        await self.open()
+        rec = await self.store.resume_interrupt(thread_id, data, interrupt_id)
+        if rec is not None:
+            self.emit(thread_id, {"type": "resumed", "interrupt_id": rec.id, "step": rec.step})
+            return _interrupt(rec)
+        run = await self.store.get_run(thread_id)
+        if run is None:
+            raise RunNotFound(f"no run with thread_id {thread_id!r}")
+        answered = await self.store.get_interrupt(interrupt_id) if interrupt_id else None
+        if answered is None and interrupt_id is None:
+            done = await self.store.list_interrupts(thread_id=thread_id, status="resolved",
+                                                    limit=1_000)
+            answered = next((i for i in reversed(done) if i.step == run.step + 1), None)
+        if answered is not None and answered.thread_id == thread_id and answered.status == "resolved":
+            raise ResumeConflict(
+                f"interrupt {answered.id!r} of run {thread_id!r} was already answered")
+        if interrupt_id is not None and (answered is None or answered.thread_id != thread_id):
+            raise InvalidState(f"run {thread_id!r} has no interrupt {interrupt_id!r}")
+        raise InvalidState(f"run {thread_id!r} is {run.status}, not waiting for input")
+
+    async def interrupts(self, *, thread_id: str | None = None, status: str | None = "pending",
+                         limit: int = 100) -> list[Interrupt]:
+        """Interrupts waiting for a person (oldest first); status=None lists all."""
+        await self.open()
+        recs = await self.store.list_interrupts(thread_id=thread_id, status=status, limit=limit)
+        return [_interrupt(r) for r in recs]
+
+    async def fork(self, thread_id: str, step: int, *, new_thread_id: str | None = None) -> Run:
+        """A new run starting from the state after `step` of `thread_id` (time travel); it
+        continues with the node that step chose. The new run records where it came from."""
+        await self.open()
+        rec = await self.store.get_run(thread_id)
+        if rec is None:
+            raise RunNotFound(f"no run with thread_id {thread_id!r}")
+        if not isinstance(step, int) or step < 0 or step > rec.step:
+            raise InvalidState(f"run {thread_id!r} has steps 0..{rec.step}; cannot fork at {step!r}")
+        agent = self.agent(rec.agent)
+        if step == 0:
+            node: str | None = agent.start_node()
+        else:
+            rows = await self.store.load_checkpoints(thread_id, step)
+            node = rows[-1].next_node if rows else None
+        if node is None:
+            raise InvalidState(f"step {step} of run {thread_id!r} finished the run; fork an "
+                               "earlier step")
+        state = await self.load_state(rec, upto=step) if step else serde.loads(rec.input)
+        data = serde.dumps(state, "state")
+        new = NewRun(
+            thread_id=new_thread_id or uuid.uuid4().hex, agent=rec.agent, version=self.version,
+            node=node, input=data, input_hash=serde.digest(rec.agent.encode() + b"\0" + data),
+            forked_from=thread_id, forked_step=step,
+        )
+        created, _ = await self.store.create_run(new)
+        return self._to_run(created, state)
+
+    async def subscribe(self, thread_id: str) -> AsyncIterator[dict[str, Any]]:
+        """Live events of a run produced in this process: steps committed, interrupted,
+        resumed, completed, failed, and `ctx.stream` events. Ends when the run is terminal."""
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=10_000)
+        self._subscribers.setdefault(thread_id, set()).add(queue)
+        try:
+            while True:
+                event = await queue.get()
+                yield event
+                if event["type"] in ("completed", "failed", "cancelled"):
+                    return
+        finally:
+            subs = self._subscribers.get(thread_id)
+            if subs is not None:
+                subs.discard(queue)
+                if not subs:
+                    del self._subscribers[thread_id]
+
+    def emit(self, thread_id: str, event: dict[str, Any]) -> None:
+        """Deliver an event to this process's subscribers of the run (slow ones drop events)."""
+        subs = self._subscribers.get(thread_id)
+        if not subs:
+            return
+        event = {"thread_id": thread_id, **event}
+        for queue in subs:
+            if not queue.full():
+                queue.put_nowait(event)
 
     # -- internals -------------------------------------------------------------------------
 
@@ -363,6 +461,29 @@ class Runtime:
             lease_owner=rec.lease_owner,
             wake_at=rec.wake_at,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Interrupt:
+    """A question a run asked a person (ctx.interrupt) and, once answered, the answer."""
+
+    id: str
+    thread_id: str
+    step: int
+    payload: Any
+    status: str
+    value: Any
+    created_at: float
+    resolved_at: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+def _interrupt(rec: InterruptRecord) -> Interrupt:
+    return Interrupt(rec.id, rec.thread_id, rec.step, serde.loads(rec.payload), rec.status,
+                     None if rec.value is None else serde.loads(rec.value), rec.created_at,
+                     rec.resolved_at)
 
 
 def _checkpoint(cp: CheckpointRecord, state: dict[str, Any]) -> Checkpoint:

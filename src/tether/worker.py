@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import serde
 from .agent import Agent, Command
-from .context import Context
+from .context import Context, Suspend
 from .errors import (
     DefinitionError,
     LeaseLost,
@@ -241,8 +241,22 @@ class Worker:
                     raise DefinitionError(f"run {rec.thread_id!r} has no next node")
                 node = agent.get_node(node_name)
                 ctx = Context(store=store, lease=lease, agent=agent.name, node=node_name,
-                              step=step, attempt=attempt, journal=journal)
-                cmd = await node.fn(dict(state), ctx)
+                              step=step, attempt=attempt, journal=journal, sink=runtime.emit)
+                try:
+                    cmd = await node.fn(dict(state), ctx)
+                except Suspend as suspend:
+                    await store.park_run(lease, suspend.park)
+                    self._leases.pop(rec.thread_id, None)
+                    park = suspend.park
+                    if park.kind == "interrupt":
+                        runtime.emit(rec.thread_id, {
+                            "type": "interrupted", "step": step, "node": node_name,
+                            "interrupt_id": park.interrupt_id,
+                            "payload": serde.loads(park.payload or b"null")})
+                    else:
+                        runtime.emit(rec.thread_id, {"type": "sleeping", "step": step,
+                                                     "node": node_name, "seconds": park.seconds})
+                    return
                 next_node = _check_command(agent, node_name, cmd)
                 delta = merge(state, cmd.update)
                 if since_snapshot + 1 >= snapshot_every:
@@ -264,9 +278,12 @@ class Worker:
                 status=status,
             ))
             self.steps_committed += 1
+            runtime.emit(rec.thread_id, {"type": "step", "step": step, "node": node_name,
+                                         "next_node": next_node, "status": status})
             if status != "running":
                 self._leases.pop(rec.thread_id, None)
                 if status == "completed":
+                    runtime.emit(rec.thread_id, {"type": "completed", "step": step})
                     runtime.notify_finished(rec.thread_id)
                 return
             node_name, attempt, failures, journal = next_node, 1, 0, []
@@ -288,6 +305,8 @@ class Worker:
             await self.store.fail_step(lease, failures=failures, wake_at=None, error=error,
                                        final=True)
             self._leases.pop(lease.thread_id, None)
+            self.runtime.emit(lease.thread_id, {"type": "failed", "category": category.value,
+                                                "error": f"{type(exc).__name__}: {exc}"})
             self.runtime.notify_finished(lease.thread_id)
             return
         log.info("run %s: attempt %d of node %s failed (%r); retry in %.2fs",

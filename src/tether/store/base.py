@@ -83,6 +83,39 @@ class JournalRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class InterruptRecord:
+    thread_id: str
+    step: int
+    idx: int
+    id: str
+    payload: bytes
+    value: bytes | None
+    status: str  # pending | resolved
+    created_at: float
+    resolved_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Park:
+    """A step that stopped before finishing: the run waits for input or sleeps.
+
+    kind "interrupt": status waiting; a pending interrupt (id, payload) is recorded at
+    (step, idx). kind "sleep": status sleeping until now + seconds; the timer is journaled at
+    (step, idx) so the re-executed node passes it."""
+
+    kind: str
+    step: int
+    idx: int
+    interrupt_id: str | None = None
+    payload: bytes | None = None
+    seconds: float | None = None
+
+
+INTERRUPT_CALL = "tether.interrupt"
+SLEEP_CALL = "tether.sleep"
+
+
+@dataclass(frozen=True, slots=True)
 class Lease:
     """Proof of a claim: writes succeed only while `epoch` is still the run's epoch."""
 
@@ -189,6 +222,25 @@ class Store(Protocol):
     ) -> None:
         """Record a failed attempt: `final` -> status failed with `error`; otherwise the run is
         released as queued, claimable from `wake_at`. Fenced; raises LeaseLost."""
+
+    async def park_run(self, lease: Lease, park: Park) -> None:
+        """Release a running run as waiting (interrupt) or sleeping (timer), recording the
+        interrupt or the journaled timer in the same transaction. Fenced; raises LeaseLost."""
+
+    async def resume_interrupt(
+        self, thread_id: str, value: bytes, interrupt_id: str | None = None
+    ) -> InterruptRecord | None:
+        """Answer the run's pending interrupt (or the one with `interrupt_id`) exactly once:
+        the value is journaled for the re-executed node and the run becomes queued, in one
+        transaction. None when there is no such pending interrupt (already answered, or the
+        run is not waiting)."""
+
+    async def get_interrupt(self, interrupt_id: str) -> InterruptRecord | None: ...
+
+    async def list_interrupts(
+        self, *, thread_id: str | None = None, status: str | None = "pending", limit: int = 100
+    ) -> list[InterruptRecord]:
+        """Interrupts oldest first (the inbox a person answers)."""
 
     async def cancel_run(self, thread_id: str) -> RunRecord | None:
         """Cancel a non-terminal run at once, bumping the epoch so its holder commits

@@ -1,17 +1,23 @@
 """Postgres store: any number of workers on any number of machines share one database.
 
-Connections: a psycopg 3 async pool for reads and ordinary writes; one pool connection held by
-the committer for step commits and journal writes; one dedicated connection LISTENing on
-`tether_work`. Every statement runs in autocommit unless it says otherwise, and every
-operation is one statement (one round trip) on the hot path.
+Connections: a psycopg 3 async pool (autocommit) for everything but step writes; one pooled
+connection kept by the writer for commit_step and record_call; one dedicated connection
+LISTENing on `tether_work`. Every operation is one SQL statement, one round trip, except the
+rare retries below.
 
-Group commit: commit_step and record_call go through one committer task. A job submitted while
-the committer is idle runs at once as one autocommit statement; jobs that pile up meanwhile are
-committed together in one transaction, pipelined (one round trip, one WAL flush for the lot).
-Each job's statement is fenced on its own (a stale epoch matches no row, it does not fail),
-so one lost lease never affects its batch-mates; if the batch raises, its jobs are retried one
-by one so only the culprit fails. Batches lock run rows in thread_id order, as renew_leases and
-release_runs do, so they cannot deadlock with them.
+Group commit: commit_step and record_call are fenced writes on the one writer connection. A
+write that finds the writer idle runs at once, in the caller's task, as one autocommit
+statement (the sequential case pays nothing for batching). Writes arriving while it is busy
+queue up; the committer task sends each queue-full as one transaction in pipeline mode (one
+round trip and one WAL flush for the lot; runs of the same statement go as one executemany).
+Each write is fenced on its own (a stale epoch matches no row; it does not raise), so a lost
+lease never affects its batch-mates; if the transaction raises, its writes are retried one by
+one so only the culprit fails. A batch locks run rows in thread_id order, as renew_leases and
+release_runs do, so none of them can deadlock with another.
+
+Wake-ups: a write that makes a run claimable calls pg_notify in its own statement; the
+listener turns notifications into `work_available`, at most one wake-up per debounce window,
+and reconnects with backoff when its connection dies (workers poll as well).
 
 Durability: `synchronous_commit=on` is set on every connection: a commit acknowledged to a
 worker has been flushed to the WAL.
@@ -49,6 +55,7 @@ _MIGRATE_LOCK: Final = 0x7465746865720001  # b"tether\0\1": one key for every te
 _MAX_BATCH: Final = 1000
 _NO_LIMIT: Final = 2**62
 _BACKOFF_MIN, _BACKOFF_MAX = 0.2, 10.0
+_NEW_RUN_FIELDS: Final = tuple(NewRun.__dataclass_fields__)  # the create_run parameters
 
 Conn = AsyncConnection[TupleRow]
 Params = dict[str, Any]
@@ -209,7 +216,8 @@ class PostgresStore:
             async with asyncio.timeout(self.connect_timeout + 1.0):
                 self._listen_conn = await self._connect_listener()
         except (psycopg.Error, OSError, TimeoutError) as exc:
-            reason = "timed out" if isinstance(exc, TimeoutError) else self._message(exc)
+            reason = (f"no answer within {self.connect_timeout:g} s"
+                      if isinstance(exc, TimeoutError) else self._message(exc))
             raise StoreUnavailable(
                 f"cannot connect to Postgres at {self.safe_url}: {reason}"
             ) from exc
@@ -242,7 +250,8 @@ class PostgresStore:
             if current < target:
                 await self.close()
                 raise SchemaError(behind_message(current, target, self.safe_url))
-        self._accepting = True
+        self._accepting, self._writer_lost = True, False
+        self._wake.clear()
         self._committer = asyncio.create_task(self._commit_loop(), name="tether-pg-committer")
         self._listener = asyncio.create_task(self._listen_loop(), name="tether-pg-listener")
 
@@ -264,9 +273,11 @@ class PostgresStore:
             with contextlib.suppress(psycopg.Error, OSError):
                 await listen_conn.close()
         healer, self._healer = self._healer, None
-        if healer is not None:
-            healer.cancel()
-            await asyncio.wait([healer])
+        if healer is not None:  # cancelling pool.check() midway would leak the conns it holds
+            done, _ = await asyncio.wait([healer], timeout=self.connect_timeout)
+            if not done:
+                healer.cancel()
+                await asyncio.wait([healer])
         pool, self._pool = self._pool, None
         if pool is not None:
             commit_conn, self._commit_conn, self._cursor = self._commit_conn, None, None
@@ -310,7 +321,6 @@ class PostgresStore:
         return rows[0] if rows else None
 
     async def _read(self, query: bytes, params: Params | None = None) -> list[TupleRow]:
-        """An idempotent statement: a read, or a write that is harmless to repeat."""
         return await self._fetchall(query, params, idempotent=True)
 
     async def _read_one(self, query: bytes, params: Params | None = None) -> TupleRow | None:
@@ -436,7 +446,8 @@ class PostgresStore:
 
     async def renew_leases(self, worker: str, lease_ttl: float) -> set[str]:
         params = {"worker": worker, "ttl": float(lease_ttl)}
-        return {r[0] for r in await self._read(self._q["renew_leases"], params)}
+        rows = await self._fetchall(self._q["renew_leases"], params, idempotent=True)
+        return {r[0] for r in rows}
 
     async def release_runs(self, leases: Sequence[Lease]) -> None:
         if not leases:
@@ -445,7 +456,7 @@ class PostgresStore:
             "thread_ids": [le.thread_id for le in leases],
             "epochs": [le.epoch for le in leases],
         }
-        await self._read(self._q["release_runs"], params)
+        await self._fetchall(self._q["release_runs"], params, idempotent=True)
         self.work_available.set()
 
     # -- steps (through the committer) -----------------------------------------------------
@@ -522,8 +533,8 @@ class PostgresStore:
             self.work_available.set()
 
     async def cancel_run(self, thread_id: str) -> RunRecord | None:
-        # Idempotent: repeated after it took effect, it finds the run terminal and reads it.
-        row = await self._read_one(self._q["cancel_run"], {"thread_id": thread_id})
+        # Idempotent: repeated after it took effect, it matches nothing and we read the run.
+        row = await self._fetchone(self._q["cancel_run"], {"thread_id": thread_id}, idempotent=True)
         if row is not None:
             return _run(row)
         return await self.get_run(thread_id)  # terminal or absent: report it as it is now
@@ -732,31 +743,13 @@ def _fail(fut: asyncio.Future[bool], error: StoreError) -> None:
 
 
 def _new_run_params(new: NewRun) -> Params:
-    return {
-        "thread_id": new.thread_id,
-        "agent": new.agent,
-        "version": new.version,
-        "node": new.node,
-        "input": new.input,
-        "input_hash": new.input_hash,
-        "idempotency_key": new.idempotency_key,
-        "parent_thread_id": new.parent_thread_id,
-        "forked_from": new.forked_from,
-        "forked_step": new.forked_step,
-    }
+    return {name: getattr(new, name) for name in _NEW_RUN_FIELDS}
 
 
 def _add_children(params: Params, children: Sequence[NewRun]) -> None:
-    params["c_thread_id"] = [c.thread_id for c in children]
-    params["c_agent"] = [c.agent for c in children]
-    params["c_version"] = [c.version for c in children]
-    params["c_node"] = [c.node for c in children]
-    params["c_input"] = [c.input for c in children]
-    params["c_input_hash"] = [c.input_hash for c in children]
-    params["c_idempotency_key"] = [c.idempotency_key for c in children]
-    params["c_parent_thread_id"] = [c.parent_thread_id for c in children]
-    params["c_forked_from"] = [c.forked_from for c in children]
-    params["c_forked_step"] = [c.forked_step for c in children]
+    """The children as one array per field: commit_step_notify unnests them."""
+    for name in _NEW_RUN_FIELDS:
+        params["c_" + name] = [getattr(child, name) for child in children]
 
 
 def _same_run(existing: RunRecord, new: NewRun, by: str) -> RunRecord:

@@ -20,11 +20,15 @@ import orjson
 from ..errors import ConfigError, LeaseLost, RunConflict, SchemaError, StoreError, StoreUnavailable
 from .base import (
     CHECKPOINT_COLUMNS,
+    INTERRUPT_CALL,
     RUN_COLUMNS,
+    SLEEP_CALL,
     CheckpointRecord,
+    InterruptRecord,
     JournalRecord,
     Lease,
     NewRun,
+    Park,
     RunRecord,
     StepCommit,
 )
@@ -421,6 +425,69 @@ class SQLiteStore:
             raise LeaseLost(f"run {lease.thread_id!r}: lease lost; failure not recorded")
         if not final:
             self.work_available.set()
+
+    async def park_run(self, lease: Lease, park: Park) -> None:
+        q = self._q
+        waiting = park.kind == "interrupt"
+        params = {
+            "thread_id": lease.thread_id,
+            "epoch": lease.epoch,
+            "status": "waiting" if waiting else "sleeping",
+            "waiting_for": "interrupt" if waiting else None,
+            "seconds": None if waiting else park.seconds,
+        }
+
+        def job(conn: sqlite3.Connection) -> bool:
+            if conn.execute(q["park_run"], params).rowcount != 1:
+                return False
+            key = {"thread_id": lease.thread_id, "step": park.step, "idx": park.idx}
+            if waiting:
+                conn.execute(q["insert_interrupt"],
+                             {**key, "id": park.interrupt_id, "payload": park.payload})
+            else:
+                conn.execute(q["journal_value"], {**key, "name": SLEEP_CALL,
+                                                  "result": orjson.dumps(park.seconds)})
+            return True
+
+        if not await self._w(job):
+            raise LeaseLost(f"run {lease.thread_id!r}: lease lost; not parked")
+        if not waiting:
+            self.work_available.set()
+
+    async def resume_interrupt(
+        self, thread_id: str, value: bytes, interrupt_id: str | None = None
+    ) -> InterruptRecord | None:
+        q = self._q
+
+        def job(conn: sqlite3.Connection) -> InterruptRecord | None:
+            row = conn.execute(q["resolve_interrupt"],
+                               {"thread_id": thread_id, "id": interrupt_id, "value": value}).fetchone()
+            if row is None:
+                return None
+            step, idx, iid = row
+            conn.execute(q["journal_value"], {"thread_id": thread_id, "step": step, "idx": idx,
+                                              "name": INTERRUPT_CALL, "result": value})
+            conn.execute(q["wake_waiting"], {"thread_id": thread_id})
+            got = conn.execute(q["get_interrupt"], {"id": iid}).fetchone()
+            return InterruptRecord(*got)
+
+        rec: InterruptRecord | None = await self._w(job)
+        if rec is not None:
+            self.work_available.set()
+        return rec
+
+    async def get_interrupt(self, interrupt_id: str) -> InterruptRecord | None:
+        q = self._q["get_interrupt"]
+        row = await self._r(lambda c: c.execute(q, {"id": interrupt_id}).fetchone())
+        return None if row is None else InterruptRecord(*row)
+
+    async def list_interrupts(
+        self, *, thread_id: str | None = None, status: str | None = "pending", limit: int = 100
+    ) -> list[InterruptRecord]:
+        q = self._q["list_interrupts"]
+        params = {"thread_id": thread_id, "status": status, "limit": limit}
+        rows = await self._r(lambda c: c.execute(q, params).fetchall())
+        return [InterruptRecord(*r) for r in rows]
 
     async def cancel_run(self, thread_id: str) -> RunRecord | None:
         q_cancel, q_get = self._q["cancel_run"], self._q["get_run"]

@@ -114,3 +114,48 @@ WHERE thread_id = :thread_id AND kind = 's' AND step <= :upto;
 SELECT * FROM checkpoints
 WHERE thread_id = :thread_id AND step >= :from_step AND step <= :upto
 ORDER BY step;
+
+-- name: park_run
+-- Parks a running run (interrupt -> waiting, sleep -> sleeping until NOW + seconds), fenced by
+-- the epoch. The lease is released: a parked run holds no worker.
+UPDATE runs
+SET status = :status, waiting_for = :waiting_for,
+    wake_at = CASE WHEN :seconds IS NULL THEN NULL
+                   ELSE (julianday('now') - 2440587.5) * 86400.0 + :seconds END,
+    lease_owner = NULL, lease_expires_at = NULL, attempt = 0, failures = 0,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running';
+
+-- name: insert_interrupt
+-- One row per interrupt reached; a re-execution that reaches it again keeps the first id.
+INSERT INTO interrupts (thread_id, step, idx, id, payload, status, created_at)
+VALUES (:thread_id, :step, :idx, :id, :payload, 'pending', (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (thread_id, step, idx) DO NOTHING;
+
+-- name: resolve_interrupt
+-- Answers the run's pending interrupt once: a concurrent second answer finds no pending row.
+UPDATE interrupts
+SET value = :value, status = 'resolved', resolved_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE thread_id = :thread_id AND status = 'pending' AND (:id IS NULL OR id = :id)
+RETURNING step, idx, id;
+
+-- name: journal_value
+INSERT INTO journal (thread_id, step, idx, name, result)
+VALUES (:thread_id, :step, :idx, :name, :result);
+
+-- name: wake_waiting
+-- A resumed run becomes claimable by any worker of its version.
+UPDATE runs SET status = 'queued', waiting_for = NULL, wake_at = NULL,
+                updated_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE thread_id = :thread_id AND status = 'waiting';
+
+-- name: get_interrupt
+SELECT thread_id, step, idx, id, payload, value, status, created_at, resolved_at
+FROM interrupts WHERE id = :id;
+
+-- name: list_interrupts
+SELECT thread_id, step, idx, id, payload, value, status, created_at, resolved_at
+FROM interrupts
+WHERE (:thread_id IS NULL OR thread_id = :thread_id) AND (:status IS NULL OR status = :status)
+ORDER BY created_at, id
+LIMIT :limit;
