@@ -13,6 +13,8 @@ from .errors import (
     AppImportError,
     ConfigError,
     DefinitionError,
+    DuplicateEffectKey,
+    EffectError,
     InvalidState,
     LeaseLost,
     NondeterminismError,
@@ -26,7 +28,7 @@ from .errors import (
     TetherError,
 )
 from .retry import FailureCategory, RetryPolicy
-from .runtime import Checkpoint, Interrupt, Run, RunError, RunStatus, Runtime
+from .runtime import Checkpoint, Effect, Interrupt, Run, RunError, RunStatus, Runtime
 
 __version__ = "0.1.0"
 
@@ -39,6 +41,9 @@ __all__ = [
     "ConfigError",
     "Context",
     "DefinitionError",
+    "DuplicateEffectKey",
+    "Effect",
+    "EffectError",
     "FailureCategory",
     "Interrupt",
     "InvalidState",

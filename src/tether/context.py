@@ -8,14 +8,15 @@ calling again. Calls are matched by index within the step and checked by name.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import serde
-from .errors import NondeterminismError
-from .store.base import INTERRUPT_CALL, SLEEP_CALL, Park
+from .errors import DefinitionError, DuplicateEffectKey, NondeterminismError
+from .store.base import INTERRUPT_CALL, SLEEP_CALL, EffectRow, Park
 
 if TYPE_CHECKING:
+    from .outbox import EffectHandler
     from .store.base import JournalRecord, Lease, Store
 
 StreamSink = Callable[[str, dict[str, Any]], None]
@@ -41,8 +42,8 @@ def callable_name(fn: Callable[..., Any]) -> str:
 class Context:
     """Handed to every node execution. One Context per execution of one step."""
 
-    __slots__ = ("_calls", "_journal", "_lease", "_sink", "_store", "agent", "attempt", "node",
-                 "step", "thread_id", "worker")
+    __slots__ = ("_calls", "_effect_handlers", "_journal", "_lease", "_sink", "_store", "agent",
+                 "attempt", "effects", "node", "step", "thread_id", "worker")
 
     def __init__(
         self,
@@ -55,9 +56,13 @@ class Context:
         attempt: int,
         journal: list[JournalRecord],
         sink: StreamSink | None = None,
+        effect_handlers: Mapping[str, EffectHandler] | None = None,
     ) -> None:
         self._store = store
         self._sink = sink
+        self._effect_handlers = effect_handlers or {}
+        self.effects: list[EffectRow] = []
+        """Effects requested by this execution, committed with its checkpoint."""
         self._lease = lease
         self._journal = journal
         self._calls = 0
@@ -123,6 +128,29 @@ class Context:
         if self._sink is not None:
             self._sink(self.thread_id, {"type": "stream", "step": self.step,
                                         "data": serde.loads(serde.dumps(event, "stream event"))})
+
+    def effect(self, name: str, payload: Any = None, key: str | None = None) -> str:
+        """Request a side effect, performed after this step commits by the handler registered
+        with `@runtime.effect(name)`, at least once, always with the same `key`. The default
+        key derives from thread_id, step and the effect's index in the step, so it is stable
+        across re-executions; an explicit key must be unique within the run. Returns the key."""
+        handler = self._effect_handlers.get(name)
+        if handler is None:
+            known = ", ".join(sorted(self._effect_handlers)) or "none"
+            raise DefinitionError(
+                f"no effect handler named {name!r} is registered (use @runtime.effect({name!r})); "
+                f"registered: {known}")
+        idx = len(self.effects)
+        data = serde.dumps(payload, f"payload of effect {name!r}")
+        if key is None:
+            key = f"{self.thread_id}:{self.step}:{idx}"
+        elif not isinstance(key, str) or not key or len(key) > 500:
+            raise DefinitionError("an effect key must be a non-empty string of <= 500 characters")
+        elif any(e.key == key for e in self.effects):
+            raise DuplicateEffectKey(f"effect key {key!r} used twice in one step")
+        apply = handler.tx_apply if handler.transactional else None
+        self.effects.append(EffectRow(key, idx, name, data, apply))
+        return key
 
     def _next(self, name: str) -> tuple[int, JournalRecord | None]:
         """The next call index and its journal record, checking the recorded name."""

@@ -7,11 +7,13 @@
     │   ├── StoreUnavailable         cannot connect (URL shown with password redacted)
     │   └── SchemaError              schema missing or behind: run `tether migrate`
     ├── SerializationError           state, update or result not serializable
-    ├── DefinitionError              an agent/node is unknown or badly declared
+    ├── DefinitionError              an agent/node/effect is unknown or badly declared
+    │   └── DuplicateEffectKey       an explicit effect key was already used in the run
     ├── RunNotFound                  no run has this thread_id
     ├── RunConflict                  thread_id/idempotency key exists with other input
     │   └── ResumeConflict           the interrupt was already answered
     ├── InvalidState                 the run is not in a state that allows this
+    ├── EffectError                  an effect handler failed (transactional: the step too)
     ├── LeaseLost                    another worker holds the run now; commit refused
     └── NondeterminismError          a replayed node made a different call sequence
 
@@ -54,6 +56,10 @@ class DefinitionError(TetherError):
     """An agent or node is unknown or declared wrongly."""
 
 
+class DuplicateEffectKey(DefinitionError):
+    """An explicit effect key was used twice in one run."""
+
+
 class RunNotFound(TetherError):
     """No run has this thread_id."""
 
@@ -68,6 +74,10 @@ class ResumeConflict(RunConflict):
 
 class InvalidState(TetherError):
     """The run is not in a state that allows the operation."""
+
+
+class EffectError(TetherError):
+    """An effect handler failed; for a transactional effect the step's commit was undone."""
 
 
 class LeaseLost(TetherError):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from . import serde
 from .agent import Agent
@@ -19,9 +19,21 @@ from .errors import (
     RunNotFound,
     SerializationError,
 )
+from .outbox import EffectHandler, make_handler
+from .retry import RetryPolicy
 from .state import replay
 from .store import make_store
-from .store.base import TERMINAL, CheckpointRecord, InterruptRecord, NewRun, RunRecord, Store
+from .store.base import (
+    TERMINAL,
+    CheckpointRecord,
+    EffectRecord,
+    InterruptRecord,
+    NewRun,
+    RunRecord,
+    Store,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class RunStatus(StrEnum):
@@ -149,6 +161,7 @@ class Runtime:
         self._opened = False
         self._finished: dict[str, asyncio.Event] = {}
         self._subscribers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
+        self.effect_handlers: dict[str, EffectHandler] = {}
         self._workers: list[Any] = []
 
     def __repr__(self) -> str:
@@ -174,8 +187,50 @@ class Runtime:
             raise DefinitionError(f"agents must be tether.Agent instances, got {agent!r}")
         if agent.name in self.agents and self.agents[agent.name] is not agent:
             raise DefinitionError(f"two agents are named {agent.name!r}")
-        agent.start_node()
         self.agents[agent.name] = agent
+
+    def effect(
+        self,
+        name: str,
+        *,
+        retry: RetryPolicy | None = None,
+        compensate: Callable[[Any, str], Awaitable[Any]] | None = None,
+        transactional: bool = False,
+    ) -> Callable[[F], F]:
+        """Register the handler of effect `name`: `async def handler(payload, key) -> result`,
+        idempotent on `key`. `retry` (default 10 attempts with backoff) decides when the
+        effect is dead; `compensate(payload, key)` undoes it when the run fails or is cancelled
+        (it receives {"payload": original payload, "result": original result}).
+        `transactional=True`: the handler runs inside the step's own transaction and takes the
+        connection first: `handler(conn, payload, key)` (a plain function on SQLite, async on
+        Postgres)."""
+
+        def register(fn: F) -> F:
+            if name in self.effect_handlers:
+                raise DefinitionError(f"effect {name!r} already has a handler")
+            self.effect_handlers[name] = make_handler(
+                name, fn, retry=retry, compensate=compensate, transactional=transactional,
+                dialect=self.store.dialect)
+            return fn
+
+        return register
+
+    @property
+    def compensable(self) -> list[str]:
+        """Names of effects that have a compensate handler."""
+        return [h.name for h in self.effect_handlers.values() if h.compensate is not None]
+
+    async def effects(self, thread_id: str | None = None, *, status: str | None = None,
+                      limit: int = 1000) -> list[Effect]:
+        """The outbox: effects of a run (or all), in request order."""
+        await self.open()
+        recs = await self.store.list_effects(thread_id=thread_id, status=status, limit=limit)
+        return [_effect(r) for r in recs]
+
+    async def retry_effect(self, key: str, thread_id: str | None = None) -> list[Effect]:
+        """Retry dead effects with this key now, with a fresh attempt budget."""
+        await self.open()
+        return [_effect(r) for r in await self.store.retry_effect(key, thread_id)]
 
     def agent(self, name: str | Agent) -> Agent:
         key = name.name if isinstance(name, Agent) else name
@@ -296,7 +351,7 @@ class Runtime:
         """Cancel a run now: queued/waiting/sleeping at once; a running run's in-flight step
         is abandoned (its commit is refused) and its node task cancelled."""
         await self.open()
-        rec = await self.store.cancel_run(thread_id)
+        rec = await self.store.cancel_run(thread_id, self.compensable)
         if rec is None:
             raise RunNotFound(f"no run with thread_id {thread_id!r}")
         for w in self._workers:
@@ -461,6 +516,34 @@ class Runtime:
             lease_owner=rec.lease_owner,
             wake_at=rec.wake_at,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """One outbox row: a side effect requested by a step (or a compensation)."""
+
+    thread_id: str
+    key: str
+    name: str
+    step: int
+    payload: Any
+    status: str
+    attempts: int
+    result: Any
+    error: str | None
+    compensates: str | None
+    created_at: float
+    done_at: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+def _effect(rec: EffectRecord) -> Effect:
+    return Effect(rec.thread_id, rec.key, rec.name, rec.step, serde.loads(rec.payload),
+                  rec.status, rec.attempts,
+                  None if rec.result is None else serde.loads(rec.result), rec.error,
+                  rec.compensates, rec.created_at, rec.done_at)
 
 
 @dataclass(frozen=True, slots=True)

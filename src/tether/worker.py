@@ -27,6 +27,7 @@ from .errors import (
     SerializationError,
     StoreError,
 )
+from .outbox import Dispatcher
 from .retry import FailureCategory
 from .state import encode_delta, merge, replay
 from .store.base import Lease, RunRecord, StepCommit
@@ -80,6 +81,9 @@ class Worker:
         self._abandoned: set[str] = set()
         self._orphans: dict[str, Lease] = {}
         self._stopping = False
+        self.dispatcher = Dispatcher(
+            self.store, runtime.effect_handlers, self.id, lease_ttl=self.settings.lease_ttl,
+            poll_interval=self.settings.poll_interval)
 
     def __repr__(self) -> str:
         return f"Worker({self.id!r}, active={len(self._tasks)})"
@@ -110,12 +114,15 @@ class Worker:
                  self.id, self.runtime.version, self.concurrency, self.settings.lease_ttl)
         async with asyncio.TaskGroup() as tg:
             heartbeat = tg.create_task(self._heartbeat())
+            dispatch = tg.create_task(self.dispatcher.run(tg))
             watcher = tg.create_task(self._watch(stop)) if stop is not None else None
             try:
                 await self._claim_loop(tg)
             finally:
+                self.dispatcher.stop()
                 await self._drain()
                 heartbeat.cancel()
+                dispatch.cancel()
                 if watcher is not None:
                     watcher.cancel()
         log.info("worker %s stopped after %d steps", self.id, self.steps_committed)
@@ -241,7 +248,8 @@ class Worker:
                     raise DefinitionError(f"run {rec.thread_id!r} has no next node")
                 node = agent.get_node(node_name)
                 ctx = Context(store=store, lease=lease, agent=agent.name, node=node_name,
-                              step=step, attempt=attempt, journal=journal, sink=runtime.emit)
+                              step=step, attempt=attempt, journal=journal, sink=runtime.emit,
+                              effect_handlers=runtime.effect_handlers)
                 try:
                     cmd = await node.fn(dict(state), ctx)
                 except Suspend as suspend:
@@ -272,11 +280,18 @@ class Worker:
                 await self._failed(agent, node_name, lease, failures, exc)
                 return
             status = "completed" if next_node is None else "queued" if self._stopping else "running"
-            await store.commit_step(StepCommit(
-                lease=lease, step=step, node=node_name or "", next_node=next_node, kind=kind,
-                data=data, attempt=attempt, started_at=started, finished_at=time.time(),
-                status=status,
-            ))
+            try:
+                await store.commit_step(StepCommit(
+                    lease=lease, step=step, node=node_name or "", next_node=next_node, kind=kind,
+                    data=data, attempt=attempt, started_at=started, finished_at=time.time(),
+                    status=status, effects=ctx.effects,
+                ))
+            except (LeaseLost, StoreError):
+                raise
+            except Exception as exc:  # a duplicate effect key or a failed transactional effect
+                failures += 1
+                await self._failed(agent, node_name, lease, failures, exc)
+                return
             self.steps_committed += 1
             runtime.emit(rec.thread_id, {"type": "step", "step": step, "node": node_name,
                                          "next_node": next_node, "status": status})
@@ -303,7 +318,7 @@ class Worker:
             log.warning("run %s failed (%s) at node %s: %r", lease.thread_id, category.value,
                         node_name, exc)
             await self.store.fail_step(lease, failures=failures, wake_at=None, error=error,
-                                       final=True)
+                                       final=True, compensate=self.runtime.compensable)
             self._leases.pop(lease.thread_id, None)
             self.runtime.emit(lease.thread_id, {"type": "failed", "category": category.value,
                                                 "error": f"{type(exc).__name__}: {exc}"})

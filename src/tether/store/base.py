@@ -8,9 +8,9 @@ raises LeaseLost. Times are seconds since the Unix epoch on the database clock.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
@@ -125,6 +125,43 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class EffectRow:
+    """An effect requested by a step, written with its checkpoint (status "pending"), or
+    already performed inside the checkpoint's transaction (transactional: status "done")."""
+
+    key: str
+    idx: int
+    name: str
+    payload: bytes
+    apply: Callable[[Any, bytes, str], Any] | None = None
+    """Transactional effects only: called as apply(connection, payload, key) inside the
+    step's transaction (sync on SQLite, async on Postgres)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EffectRecord:
+    thread_id: str
+    key: str
+    step: int
+    idx: int
+    name: str
+    payload: bytes
+    status: str  # pending | running | done | dead
+    attempts: int
+    epoch: int
+    next_attempt_at: float
+    result: bytes | None
+    error: str | None
+    compensates: str | None
+    created_at: float
+    done_at: float | None
+
+
+COMPENSATION_STEP = 2_000_000_000
+"""Compensations sort after every effect of their run (see add_compensations)."""
+
+
+@dataclass(frozen=True, slots=True)
 class StepCommit:
     """Everything one super-step commits atomically.
 
@@ -145,6 +182,7 @@ class StepCommit:
     wake_at: float | None = None
     waiting_for: str | None = None
     children: Sequence[NewRun] = field(default_factory=tuple)
+    effects: Sequence[EffectRow] = field(default_factory=tuple)
 
 
 class Store(Protocol):
@@ -208,8 +246,10 @@ class Store(Protocol):
     async def load_journal(self, thread_id: str, step: int) -> list[JournalRecord]: ...
 
     async def commit_step(self, commit: StepCommit) -> None:
-        """Append the checkpoint and move the run, atomically, fenced by the lease epoch.
-        Raises LeaseLost (and writes nothing) if the epoch moved."""
+        """Append the checkpoint, move the run, and write the step's effects (performing the
+        transactional ones), atomically, fenced by the lease epoch. Raises LeaseLost (and
+        writes nothing) if the epoch moved, DuplicateEffectKey if an effect key was used
+        before in the run; an exception from a transactional effect aborts the commit."""
 
     async def fail_step(
         self,
@@ -219,9 +259,11 @@ class Store(Protocol):
         wake_at: float | None,
         error: bytes | None,
         final: bool,
+        compensate: Sequence[str] = (),
     ) -> None:
-        """Record a failed attempt: `final` -> status failed with `error`; otherwise the run is
-        released as queued, claimable from `wake_at`. Fenced; raises LeaseLost."""
+        """Record a failed attempt: `final` -> status failed with `error`, and compensations
+        queued for the run's effects named in `compensate`; otherwise the run is released as
+        queued, claimable from `wake_at`. Fenced; raises LeaseLost."""
 
     async def park_run(self, lease: Lease, park: Park) -> None:
         """Release a running run as waiting (interrupt) or sleeping (timer), recording the
@@ -242,9 +284,36 @@ class Store(Protocol):
     ) -> list[InterruptRecord]:
         """Interrupts oldest first (the inbox a person answers)."""
 
-    async def cancel_run(self, thread_id: str) -> RunRecord | None:
+    async def cancel_run(
+        self, thread_id: str, compensate: Sequence[str] = ()
+    ) -> RunRecord | None:
         """Cancel a non-terminal run at once, bumping the epoch so its holder commits
-        nothing more. Returns the run as it is now (terminal runs unchanged)."""
+        nothing more, and queue compensations for its effects named in `compensate`.
+        Returns the run as it is now (terminal runs unchanged)."""
+
+    effects_available: asyncio.Event
+    """Set when this process learns an effect may have become due."""
+
+    async def claim_effects(
+        self, worker: str, names: Sequence[str], limit: int, lease_ttl: float
+    ) -> list[EffectRecord]:
+        """Lease due effects with these handler names, at most one per run at a time and in
+        each run's request order; each claim bumps the effect's epoch and attempts."""
+
+    async def complete_effect(self, effect: EffectRecord, result: bytes) -> bool:
+        """Mark done with the result, fenced by the effect epoch; False if the lease was lost."""
+
+    async def fail_effect(self, effect: EffectRecord, error: str, delay: float | None) -> bool:
+        """Retry after `delay` seconds, or dead when delay is None; fenced like complete."""
+
+    async def get_effect(self, thread_id: str, key: str) -> EffectRecord | None: ...
+
+    async def list_effects(
+        self, *, thread_id: str | None = None, status: str | None = None, limit: int = 100
+    ) -> list[EffectRecord]: ...
+
+    async def retry_effect(self, key: str, thread_id: str | None = None) -> list[EffectRecord]:
+        """Make dead effects with this key pending again with a fresh attempt budget."""
 
     async def load_checkpoints(
         self, thread_id: str, upto: int | None = None

@@ -593,6 +593,10 @@ class PostgresStore:
                             await self._commit_one(batch[0])
                         else:
                             await self._commit_batch(batch)
+                    except Exception as exc:  # a bug, not a database error: keep serving
+                        log.exception("group commit of %d writes failed", len(batch))
+                        for job in batch:
+                            _fail(job[3], StoreError(f"group commit failed: {exc!r}"))
                     finally:
                         self._busy = False
                     batch = []

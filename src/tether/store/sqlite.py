@@ -17,13 +17,24 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
-from ..errors import ConfigError, LeaseLost, RunConflict, SchemaError, StoreError, StoreUnavailable
+from ..errors import (
+    ConfigError,
+    DuplicateEffectKey,
+    EffectError,
+    LeaseLost,
+    RunConflict,
+    SchemaError,
+    StoreError,
+    StoreUnavailable,
+)
 from .base import (
     CHECKPOINT_COLUMNS,
+    COMPENSATION_STEP,
     INTERRUPT_CALL,
     RUN_COLUMNS,
     SLEEP_CALL,
     CheckpointRecord,
+    EffectRecord,
     InterruptRecord,
     JournalRecord,
     Lease,
@@ -172,6 +183,7 @@ class SQLiteStore:
         self._q = queries("sqlite")
         self._conns: _Connections | None = None
         self.work_available = asyncio.Event()
+        self.effects_available = asyncio.Event()
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.url!r})"
@@ -389,12 +401,33 @@ class SQLiteStore:
             "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
 
+        effects = commit.effects
+        q = self._q
+
         def job(conn: sqlite3.Connection) -> bool:
+            if effects:
+                keys = orjson.dumps([e.key for e in effects]).decode()
+                taken = conn.execute(q["effect_keys_taken"],
+                                     {"thread_id": lease.thread_id, "keys": keys}).fetchall()
+                if taken:
+                    raise DuplicateEffectKey(
+                        f"run {lease.thread_id!r}: effect key {taken[0][0]!r} was already used "
+                        "in this run; explicit effect keys must be unique within a run")
             if conn.execute(q_run, run_params).rowcount != 1:
                 return False
             conn.execute(insert_cp, cp_params)
             for child in commit.children:
-                conn.execute(self._q["insert_run"], _new_run_params(child)).fetchall()
+                conn.execute(q["insert_run"], _new_run_params(child)).fetchall()
+            for e in effects:
+                conn.execute(q["insert_effect"], {
+                    "thread_id": lease.thread_id, "key": e.key, "step": commit.step,
+                    "idx": e.idx, "name": e.name, "payload": e.payload,
+                    "status": "pending" if e.apply is None else "done"})
+                if e.apply is not None:
+                    try:
+                        e.apply(conn, e.payload, e.key)
+                    except Exception as exc:
+                        raise EffectError(f"transactional effect {e.name!r} failed: {exc!r}") from exc
             return True
 
         del q_cp
@@ -402,6 +435,8 @@ class SQLiteStore:
             raise LeaseLost(f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed")
         if commit.children or commit.status == "queued":
             self.work_available.set()
+        if effects:
+            self.effects_available.set()
 
     async def fail_step(
         self,
@@ -411,8 +446,10 @@ class SQLiteStore:
         wake_at: float | None,
         error: bytes | None,
         final: bool,
+        compensate: Sequence[str] = (),
     ) -> None:
         q = self._q["fail_step"]
+        comp = self._compensations(lease.thread_id, compensate) if final else None
         params = {
             "thread_id": lease.thread_id,
             "epoch": lease.epoch,
@@ -421,10 +458,33 @@ class SQLiteStore:
             "error": error,
             "final": final,
         }
-        if await self._w(lambda c: c.execute(q, params).rowcount) != 1:
+        def job(conn: sqlite3.Connection) -> bool:
+            if conn.execute(q, params).rowcount != 1:
+                return False
+            if comp is not None:
+                comp(conn)
+            return True
+
+        if not await self._w(job):
             raise LeaseLost(f"run {lease.thread_id!r}: lease lost; failure not recorded")
         if not final:
             self.work_available.set()
+        elif compensate:
+            self.effects_available.set()
+
+    def _compensations(
+        self, thread_id: str, names: Sequence[str]
+    ) -> Callable[[sqlite3.Connection], None] | None:
+        if not names:
+            return None
+        q = self._q["add_compensations"]
+        params = {"thread_id": thread_id, "step": COMPENSATION_STEP,
+                  "names": orjson.dumps(list(names)).decode()}
+
+        def add(conn: sqlite3.Connection) -> None:
+            conn.execute(q, params)
+
+        return add
 
     async def park_run(self, lease: Lease, park: Park) -> None:
         q = self._q
@@ -489,16 +549,69 @@ class SQLiteStore:
         rows = await self._r(lambda c: c.execute(q, params).fetchall())
         return [InterruptRecord(*r) for r in rows]
 
-    async def cancel_run(self, thread_id: str) -> RunRecord | None:
+    async def cancel_run(
+        self, thread_id: str, compensate: Sequence[str] = ()
+    ) -> RunRecord | None:
         q_cancel, q_get = self._q["cancel_run"], self._q["get_run"]
+        comp = self._compensations(thread_id, compensate)
 
         def job(conn: sqlite3.Connection) -> RunRecord | None:
-            conn.execute(q_cancel, {"thread_id": thread_id})
+            if conn.execute(q_cancel, {"thread_id": thread_id}).rowcount and comp is not None:
+                comp(conn)
             row = conn.execute(q_get, {"thread_id": thread_id}).fetchone()
             return None if row is None else _run(row)
 
         result: RunRecord | None = await self._w(job)
+        if compensate:
+            self.effects_available.set()
         return result
+
+    # -- outbox ----------------------------------------------------------------------------
+
+    async def claim_effects(
+        self, worker: str, names: Sequence[str], limit: int, lease_ttl: float
+    ) -> list[EffectRecord]:
+        q = self._q["claim_effects"]
+        params = {"worker": worker, "names": orjson.dumps(list(names)).decode(),
+                  "limit": limit, "ttl": lease_ttl}
+        rows = await self._w(lambda c: c.execute(q, params).fetchall())
+        return [EffectRecord(*r) for r in rows]
+
+    async def complete_effect(self, effect: EffectRecord, result: bytes) -> bool:
+        q = self._q["complete_effect"]
+        params = {"thread_id": effect.thread_id, "key": effect.key, "epoch": effect.epoch,
+                  "result": result}
+        done: bool = await self._w(lambda c: c.execute(q, params).rowcount == 1)
+        return done
+
+    async def fail_effect(self, effect: EffectRecord, error: str, delay: float | None) -> bool:
+        q = self._q["fail_effect"]
+        params = {"thread_id": effect.thread_id, "key": effect.key, "epoch": effect.epoch,
+                  "error": error, "delay": delay}
+        ok: bool = await self._w(lambda c: c.execute(q, params).rowcount == 1)
+        if ok and delay is not None:
+            self.effects_available.set()
+        return ok
+
+    async def get_effect(self, thread_id: str, key: str) -> EffectRecord | None:
+        q = self._q["get_effect"]
+        row = await self._r(lambda c: c.execute(q, {"thread_id": thread_id, "key": key}).fetchone())
+        return None if row is None else EffectRecord(*row)
+
+    async def list_effects(
+        self, *, thread_id: str | None = None, status: str | None = None, limit: int = 100
+    ) -> list[EffectRecord]:
+        q = self._q["list_effects"]
+        params = {"thread_id": thread_id, "status": status, "limit": limit}
+        rows = await self._r(lambda c: c.execute(q, params).fetchall())
+        return [EffectRecord(*r) for r in rows]
+
+    async def retry_effect(self, key: str, thread_id: str | None = None) -> list[EffectRecord]:
+        q = self._q["retry_effect"]
+        rows = await self._w(lambda c: c.execute(q, {"key": key, "thread_id": thread_id}).fetchall())
+        if rows:
+            self.effects_available.set()
+        return [EffectRecord(*r) for r in rows]
 
     async def load_checkpoints(self, thread_id: str, upto: int | None = None) -> list[CheckpointRecord]:
         q_snap, q_range = self._q["last_snapshot"], self._q["checkpoints_range"]

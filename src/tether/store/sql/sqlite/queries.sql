@@ -159,3 +159,83 @@ FROM interrupts
 WHERE (:thread_id IS NULL OR thread_id = :thread_id) AND (:status IS NULL OR status = :status)
 ORDER BY created_at, id
 LIMIT :limit;
+
+-- name: effect_keys_taken
+-- Which of a step's effect keys the run already used (explicit keys must be unique per run).
+SELECT key FROM outbox WHERE thread_id = :thread_id AND key IN (SELECT value FROM json_each(:keys));
+
+-- name: insert_effect
+INSERT INTO outbox (thread_id, key, step, idx, name, payload, status, next_attempt_at, compensates,
+                    created_at)
+VALUES (:thread_id, :key, :step, :idx, :name, :payload, :status, (julianday('now') - 2440587.5) * 86400.0,
+        NULL, (julianday('now') - 2440587.5) * 86400.0);
+
+-- name: claim_effects
+-- Leases due effects whose handler this worker has; a run's effects go strictly in order:
+-- one is claimable only when no earlier effect of its run is pending or running.
+UPDATE outbox
+SET status = 'running', lease_owner = :worker,
+    lease_expires_at = (julianday('now') - 2440587.5) * 86400.0 + :ttl,
+    epoch = epoch + 1, attempts = attempts + 1
+WHERE (thread_id, key) IN (
+    SELECT o.thread_id, o.key FROM outbox o
+    WHERE o.name IN (SELECT value FROM json_each(:names))
+      AND ((o.status = 'pending' AND o.next_attempt_at <= (julianday('now') - 2440587.5) * 86400.0)
+           OR (o.status = 'running' AND o.lease_expires_at < (julianday('now') - 2440587.5) * 86400.0))
+      AND NOT EXISTS (
+          SELECT 1 FROM outbox p
+          WHERE p.thread_id = o.thread_id AND p.status IN ('pending', 'running')
+            AND (p.step < o.step OR (p.step = o.step AND p.idx < o.idx)))
+    ORDER BY o.next_attempt_at
+    LIMIT :limit)
+RETURNING thread_id, key, step, idx, name, payload, status, attempts, epoch, next_attempt_at,
+          result, error, compensates, created_at, done_at;
+
+-- name: complete_effect
+-- Records an effect done once: only the holder of the current effect epoch may.
+UPDATE outbox
+SET status = 'done', result = :result, error = NULL, lease_owner = NULL, lease_expires_at = NULL,
+    done_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE thread_id = :thread_id AND key = :key AND epoch = :epoch AND status = 'running';
+
+-- name: fail_effect
+-- A failed attempt: back to pending after :delay seconds, or dead when :delay is NULL.
+UPDATE outbox
+SET status = CASE WHEN :delay IS NULL THEN 'dead' ELSE 'pending' END,
+    next_attempt_at = (julianday('now') - 2440587.5) * 86400.0 + coalesce(:delay, 0),
+    error = :error, lease_owner = NULL, lease_expires_at = NULL
+WHERE thread_id = :thread_id AND key = :key AND epoch = :epoch AND status = 'running';
+
+-- name: add_compensations
+-- Saga: for every effect of the run that is not dead, queue its compensation after all of the
+-- run's effects, in reverse order of the originals (idx descending = original order reversed).
+INSERT INTO outbox (thread_id, key, step, idx, name, payload, status, next_attempt_at, compensates,
+                    created_at)
+SELECT thread_id, key || ':compensate', :step, -(step * 100000 + idx), name, payload, 'pending',
+       (julianday('now') - 2440587.5) * 86400.0, key, (julianday('now') - 2440587.5) * 86400.0
+FROM outbox
+WHERE thread_id = :thread_id AND compensates IS NULL AND status IN ('pending', 'running', 'done')
+  AND name IN (SELECT value FROM json_each(:names))
+ON CONFLICT DO NOTHING;
+
+-- name: get_effect
+SELECT thread_id, key, step, idx, name, payload, status, attempts, epoch, next_attempt_at,
+       result, error, compensates, created_at, done_at
+FROM outbox WHERE thread_id = :thread_id AND key = :key;
+
+-- name: list_effects
+SELECT thread_id, key, step, idx, name, payload, status, attempts, epoch, next_attempt_at,
+       result, error, compensates, created_at, done_at
+FROM outbox
+WHERE (:thread_id IS NULL OR thread_id = :thread_id) AND (:status IS NULL OR status = :status)
+ORDER BY created_at, thread_id, step, idx
+LIMIT :limit;
+
+-- name: retry_effect
+-- An operator retries a dead (or failing) effect now, with a fresh attempt budget.
+UPDATE outbox
+SET status = 'pending', attempts = 0, next_attempt_at = (julianday('now') - 2440587.5) * 86400.0,
+    lease_owner = NULL, lease_expires_at = NULL
+WHERE key = :key AND (:thread_id IS NULL OR thread_id = :thread_id) AND status IN ('dead', 'pending')
+RETURNING thread_id, key, step, idx, name, payload, status, attempts, epoch, next_attempt_at,
+          result, error, compensates, created_at, done_at;

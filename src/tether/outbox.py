@@ -1,0 +1,168 @@
+"""Effectively-once side effects: the outbox and its dispatcher.
+
+A node requests an effect with `ctx.effect(name, payload, key=None)`; the row is written in
+the step's checkpoint transaction, so an uncommitted step leaks nothing. After the commit the
+dispatcher of any worker claims the row under a lease (with its own fencing epoch), calls the
+handler with the payload and a stable key, and records it done; failures retry with backoff
+until the handler's RetryPolicy gives up and the effect is `dead`. Delivery is at least once
+with the same key each time, so an idempotent handler makes the effect happen once.
+
+Transactional effects run inside the checkpoint's own transaction with its connection, so
+writes to the same database happen exactly once, atomically with the step. When a run fails
+for good or is cancelled, the `compensate` handlers of its effects run in reverse order
+(saga), each an outbox effect with its own key (`<key>:compensate`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import serde
+from .errors import DefinitionError, StoreError
+from .retry import RetryPolicy
+from .store.base import EffectRecord
+
+if TYPE_CHECKING:
+    from .store.base import Store
+
+log = logging.getLogger("tether.outbox")
+
+Handler = Callable[[Any, str], Awaitable[Any]]
+DEFAULT_EFFECT_RETRY = RetryPolicy(attempts=10, initial=0.1, factor=2.0, maximum=30.0)
+
+
+@dataclass(frozen=True, slots=True)
+class EffectHandler:
+    name: str
+    fn: Callable[..., Any]
+    retry: RetryPolicy
+    compensate: Handler | None
+    transactional: bool
+
+    def tx_apply(self, conn: Any, payload: bytes, key: str) -> Any:
+        """Run a transactional handler inside the step's transaction."""
+        return self.fn(conn, serde.loads(payload), key)
+
+
+def make_handler(
+    name: str,
+    fn: Callable[..., Any],
+    *,
+    retry: RetryPolicy | None,
+    compensate: Handler | None,
+    transactional: bool,
+    dialect: str,
+) -> EffectHandler:
+    if not isinstance(name, str) or not name:
+        raise DefinitionError("an effect name must be a non-empty string")
+    is_async = inspect.iscoroutinefunction(fn)
+    if transactional:
+        if compensate is not None:
+            raise DefinitionError(
+                f"effect {name!r}: a transactional effect is undone with its step's transaction; "
+                "it takes no compensate handler")
+        if dialect == "sqlite" and is_async:
+            raise DefinitionError(
+                f"transactional effect {name!r}: on SQLite the handler is a plain function "
+                "(conn: sqlite3.Connection, payload, key) run inside the step's transaction")
+        if dialect == "postgres" and not is_async:
+            raise DefinitionError(
+                f"transactional effect {name!r}: on Postgres the handler is an async function "
+                "(conn: psycopg.AsyncConnection, payload, key)")
+    elif not is_async:
+        raise DefinitionError(f"effect handler {name!r} must be an async function (payload, key)")
+    if compensate is not None and not inspect.iscoroutinefunction(compensate):
+        raise DefinitionError(f"compensate handler of effect {name!r} must be an async function")
+    return EffectHandler(name, fn, retry or DEFAULT_EFFECT_RETRY, compensate, transactional)
+
+
+class Dispatcher:
+    """Claims due effects and performs them; runs inside a worker's TaskGroup."""
+
+    def __init__(self, store: Store, handlers: dict[str, EffectHandler], worker: str, *,
+                 lease_ttl: float, poll_interval: float, concurrency: int = 100) -> None:
+        self.store = store
+        self.handlers = handlers
+        self.worker = worker
+        self.lease_ttl = lease_ttl
+        self.poll_interval = poll_interval
+        self.concurrency = concurrency
+        self.names = [h.name for h in handlers.values() if not h.transactional]
+        self.performed = 0
+        self._active = 0
+        self._stopping = False
+
+    def stop(self) -> None:
+        self._stopping = True
+        self.store.effects_available.set()
+
+    async def run(self, tg: asyncio.TaskGroup) -> None:
+        if not self.names:
+            return
+        wake = self.store.effects_available
+        while not self._stopping:
+            wake.clear()
+            free = self.concurrency - self._active
+            claimed: list[EffectRecord] = []
+            if free > 0:
+                try:
+                    claimed = await self.store.claim_effects(self.worker, self.names, free,
+                                                             self.lease_ttl)
+                except StoreError as exc:
+                    log.warning("effect claim failed: %s", exc)
+                for effect in claimed:
+                    self._active += 1
+                    tg.create_task(self._perform(effect))
+                if claimed:
+                    continue
+            try:
+                async with asyncio.timeout(self.poll_interval):
+                    await wake.wait()
+            except TimeoutError:
+                pass
+
+    async def _perform(self, effect: EffectRecord) -> None:
+        try:
+            await self._call(effect)
+        except StoreError as exc:  # the lease expires and another attempt follows
+            log.warning("effect %s/%s: could not record the outcome: %s",
+                        effect.thread_id, effect.key, exc)
+        finally:
+            self._active -= 1
+            self.store.effects_available.set()
+
+    async def _call(self, effect: EffectRecord) -> None:
+        handler = self.handlers[effect.name]
+        payload = serde.loads(effect.payload)
+        try:
+            if effect.compensates is None:
+                result = await handler.fn(payload, effect.key)
+            else:
+                result = await self._compensate(handler, effect, payload)
+            data = serde.dumps(result, f"result of effect {effect.name!r}")
+        except Exception as exc:
+            delay = handler.retry.next_delay(effect.attempts, exc)
+            level = logging.WARNING if delay is None else logging.INFO
+            log.log(level, "effect %s/%s attempt %d failed (%r)%s", effect.thread_id, effect.key,
+                    effect.attempts, exc, "; dead" if delay is None else f"; retry in {delay:.2f}s")
+            await self.store.fail_effect(effect, f"{type(exc).__name__}: {exc}", delay)
+            return
+        if await self.store.complete_effect(effect, data):
+            self.performed += 1
+        else:
+            log.info("effect %s/%s: lease lost before done; another attempt will record it",
+                     effect.thread_id, effect.key)
+
+    async def _compensate(self, handler: EffectHandler, effect: EffectRecord, payload: Any) -> Any:
+        if handler.compensate is None:
+            return {"skipped": "no compensate handler"}
+        original = await self.store.get_effect(effect.thread_id, effect.compensates or "")
+        if original is None or original.status == "dead":
+            return {"skipped": "the original effect was never performed"}
+        result = None if original.result is None else serde.loads(original.result)
+        return await handler.compensate({"payload": payload, "result": result}, effect.key)
