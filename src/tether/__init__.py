@@ -6,9 +6,9 @@ fencing epochs, journaled calls, on embedded SQLite or on Postgres with many wor
 
 from __future__ import annotations
 
-from .agent import Agent, Append, Command, append, finish, goto
+from .agent import Agent, Append, Command, append, finish, goto, receive
 from .config import Settings
-from .context import Context
+from .context import ADMIN_CHANNEL, Context, Message
 from .errors import (
     AppImportError,
     ConfigError,
@@ -33,6 +33,7 @@ from .runtime import Checkpoint, Effect, Interrupt, Run, RunError, RunStatus, Ru
 __version__ = "0.1.0"
 
 __all__ = [
+    "ADMIN_CHANNEL",
     "Agent",
     "AppImportError",
     "Append",
@@ -48,6 +49,7 @@ __all__ = [
     "Interrupt",
     "InvalidState",
     "LeaseLost",
+    "Message",
     "NondeterminismError",
     "ResumeConflict",
     "RetryPolicy",
@@ -67,4 +69,5 @@ __all__ = [
     "append",
     "finish",
     "goto",
+    "receive",
 ]

@@ -36,7 +36,8 @@ def append(items: Iterable[Any]) -> Append:
 class Command:
     """What a node returns: where the run goes next and the update to merge into state.
 
-    kind: "goto" (run `node` next) or "finish" (run completed).
+    kind: "goto" (run `node` next), "finish" (run completed), or "receive" (an actor parks
+    until mail arrives, then this node runs again with the batch in `ctx.inbox`).
     """
 
     kind: str
@@ -52,6 +53,12 @@ def goto(node: str, update: Mapping[str, Any] | None = None) -> Command:
 def finish(update: Mapping[str, Any] | None = None) -> Command:
     """Merge `update` into the state and complete the run."""
     return Command("finish", None, update)
+
+
+def receive(update: Mapping[str, Any] | None = None) -> Command:
+    """Merge `update`, then park the run (Idle: no worker held) until mail arrives; the same
+    node then runs again with the messages in `ctx.inbox`."""
+    return Command("receive", None, update)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,18 +8,41 @@ calling again. Calls are matched by index within the step and checked by name.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import serde
-from .errors import DefinitionError, DuplicateEffectKey, NondeterminismError
-from .store.base import INTERRUPT_CALL, SLEEP_CALL, EffectRow, Park
+from .errors import DefinitionError, DuplicateEffectKey, NondeterminismError, RunNotFound
+from .store.base import (
+    INTERRUPT_CALL,
+    JOIN_CALL,
+    SLEEP_CALL,
+    TERMINAL,
+    EffectRow,
+    NewRun,
+    OutMessage,
+    Park,
+)
 
 if TYPE_CHECKING:
+    from .agent import Agent
     from .outbox import EffectHandler
     from .store.base import JournalRecord, Lease, Store
 
 StreamSink = Callable[[str, dict[str, Any]], None]
+ADMIN_CHANNEL = "tether.admins"
+"""The group every group admin joins: the sparse inter-group layer (MegaAgent)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message in a run's mailbox."""
+
+    id: int
+    sender: str | None
+    body: Any
+    created_at: float
 
 
 class Suspend(BaseException):
@@ -42,8 +65,9 @@ def callable_name(fn: Callable[..., Any]) -> str:
 class Context:
     """Handed to every node execution. One Context per execution of one step."""
 
-    __slots__ = ("_calls", "_effect_handlers", "_journal", "_lease", "_sink", "_store", "agent",
-                 "attempt", "effects", "node", "step", "thread_id", "worker")
+    __slots__ = ("_agents", "_calls", "_effect_handlers", "_journal", "_lease", "_sink", "_store",
+                 "agent", "attempt", "children", "effects", "groups", "inbox", "messages", "node",
+                 "step", "thread_id", "version", "worker")
 
     def __init__(
         self,
@@ -57,12 +81,22 @@ class Context:
         journal: list[JournalRecord],
         sink: StreamSink | None = None,
         effect_handlers: Mapping[str, EffectHandler] | None = None,
+        inbox: list[Message] | None = None,
+        agents: Mapping[str, Agent] | None = None,
+        version: str = "",
     ) -> None:
         self._store = store
         self._sink = sink
         self._effect_handlers = effect_handlers or {}
         self.effects: list[EffectRow] = []
         """Effects requested by this execution, committed with its checkpoint."""
+        self.inbox: list[Message] = inbox or []
+        """Messages delivered to this step, oldest first; consumed when the step commits."""
+        self.messages: list[OutMessage] = []
+        self.children: list[NewRun] = []
+        self.groups: list[tuple[str, str]] = []
+        self._agents = agents or {}
+        self.version = version
         self._lease = lease
         self._journal = journal
         self._calls = 0
@@ -151,6 +185,81 @@ class Context:
         apply = handler.tx_apply if handler.transactional else None
         self.effects.append(EffectRow(key, idx, name, data, apply))
         return key
+
+    def send(self, thread_id: str, message: Any) -> None:
+        """Send `message` to another run's mailbox, committed with this step's checkpoint
+        (nothing leaks from a step that does not commit). An unknown thread_id fails the step."""
+        if not isinstance(thread_id, str) or not thread_id:
+            raise DefinitionError("ctx.send() needs the recipient's thread_id")
+        self.messages.append(OutMessage(serde.dumps(message, "message"), recipient=thread_id))
+
+    def publish(self, group: str, message: Any) -> None:
+        """Send `message` to every member of `group` but this run (intra-group chat). The
+        admins of all groups share the group `tether.ADMIN_CHANNEL` (inter-group chat)."""
+        if not isinstance(group, str) or not group:
+            raise DefinitionError("ctx.publish() needs a group name")
+        self.messages.append(OutMessage(serde.dumps(message, "message"), group=group))
+
+    def join_group(self, group: str, *, admin: bool = False) -> None:
+        """Make this run a durable member of `group` (committed with the step); an admin also
+        joins the admin channel shared by the admins of all groups."""
+        if not isinstance(group, str) or not group:
+            raise DefinitionError("ctx.join_group() needs a group name")
+        self.groups.append((group, "admin" if admin else "member"))
+        if admin:
+            self.groups.append((ADMIN_CHANNEL, "member"))
+
+    def spawn(self, agent: Agent | str, input: Mapping[str, Any] | None = None,
+              thread_id: str | None = None) -> str:
+        """Create a child run when this step commits; returns its thread_id (stable across
+        re-executions of the step). `await ctx.join([...])` waits for children."""
+        name = agent if isinstance(agent, str) else agent.name
+        target = self._agents.get(name)
+        if target is None:
+            raise DefinitionError(f"ctx.spawn(): unknown agent {name!r}")
+        child_id = thread_id or f"{self.thread_id}.{self.step}.{len(self.children)}"
+        data = serde.dumps(dict(input or {}), "input")
+        self.children.append(NewRun(
+            thread_id=child_id, agent=name, version=self.version, node=target.start_node(),
+            input=data, input_hash=serde.digest(name.encode() + b"\0" + data),
+            parent_thread_id=self.thread_id))
+        return child_id
+
+    async def join(self, thread_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """Wait until every listed run is completed, failed or cancelled; returns, in order,
+        {"thread_id", "status", "state", "error"} for each (errors as values, not raised).
+        The first time, the run parks (no worker held) and this node runs again later."""
+        ids = list(thread_ids)
+        idx, rec = self._next(JOIN_CALL)
+        if rec is not None:
+            done: list[dict[str, Any]] = serde.loads(rec.result)
+            return done
+        results = await self._join_results(ids)
+        if results is not None:
+            data = serde.dumps(results, "join result")
+            await self._store.record_call(self._lease, self.step, idx, JOIN_CALL, data)
+            return results
+        # Children spawned by this execution are created as the run parks.
+        raise Suspend(Park("join", self.step, idx, children=ids, spawn=tuple(self.children)))
+
+    async def _join_results(self, ids: list[str]) -> list[dict[str, Any]] | None:
+        from .state import replay
+
+        spawned = {c.thread_id for c in self.children}
+        results: list[dict[str, Any]] = []
+        for tid in ids:
+            run = await self._store.get_run(tid)
+            if run is None:
+                if tid in spawned:
+                    return None
+                raise RunNotFound(f"ctx.join(): no run with thread_id {tid!r}")
+            if run.status not in TERMINAL:
+                return None
+            rows = await self._store.load_checkpoints(tid) if run.step else []
+            state = replay(run.input, ((r.kind, r.data) for r in rows))
+            results.append({"thread_id": tid, "status": run.status, "state": state,
+                            "error": None if run.error is None else serde.loads(run.error)})
+        return results
 
     def _next(self, name: str) -> tuple[int, JournalRecord | None]:
         """The next call index and its journal record, checking the recorded name."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from typing import Any, TypeVar
 from . import serde
 from .agent import Agent
 from .config import Settings
+from .context import Message
 from .errors import (
     DefinitionError,
     InvalidState,
@@ -85,10 +87,27 @@ class Run:
     forked_step: int | None = None
     lease_owner: str | None = None
     wake_at: float | None = None
+    waiting_for: str | None = None
+    inbox_depth: int | None = None
+    """Unconsumed messages (filled in by runtime.get)."""
+
+    @property
+    def actor_state(self) -> str | None:
+        """MegaAgent's actor states: "idle" (parked for mail, no worker held), "processing"
+        (claimed, a step in flight), "response" (mail waiting to be processed); None for a
+        run that is not parked for mail and has no mail."""
+        if self.waiting_for == "mail":
+            return "idle"
+        if self.status == RunStatus.RUNNING:
+            return "processing"
+        if self.status == RunStatus.QUEUED and self.inbox_depth:
+            return "response"
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}
         out["status"] = self.status.value
+        out["actor_state"] = self.actor_state
         out["error"] = None if self.error is None else {
             "category": self.error.category, "type": self.error.type,
             "message": self.error.message, "traceback": self.error.traceback,
@@ -307,11 +326,14 @@ class Runtime:
         return await self._with_state(rec)
 
     async def get(self, thread_id: str) -> Run:
+        """The run with its current state, inbox depth and actor state."""
         await self.open()
         rec = await self.store.get_run(thread_id)
         if rec is None:
             raise RunNotFound(f"no run with thread_id {thread_id!r}")
-        return await self._with_state(rec)
+        run = await self._with_state(rec)
+        depth = await self.store.inbox_depth(thread_id)
+        return dataclasses.replace(run, inbox_depth=depth)
 
     async def list_runs(
         self,
@@ -389,6 +411,19 @@ class Runtime:
             await worker.run(stop)
         finally:
             self._workers.remove(worker)
+
+    async def send(self, thread_id: str, message: Any, *, sender: str | None = None) -> int:
+        """Put `message` in a run's mailbox from outside (waking it if it waits for mail).
+        Raises RunNotFound for an unknown thread_id. Returns the message id."""
+        data = serde.dumps(message, "message")
+        await self.open()
+        return await self.store.send_message(thread_id, data, sender)
+
+    async def inbox(self, thread_id: str) -> list[Message]:
+        """The run's unconsumed messages, oldest first."""
+        await self.open()
+        return [Message(m.id, m.sender, serde.loads(m.message), m.created_at)
+                for m in await self.store.load_inbox(thread_id)]
 
     async def resume(self, thread_id: str, value: Any = None, *,
                      interrupt_id: str | None = None) -> Interrupt:
@@ -515,6 +550,7 @@ class Runtime:
             forked_step=rec.forked_step,
             lease_owner=rec.lease_owner,
             wake_at=rec.wake_at,
+            waiting_for=rec.waiting_for,
         )
 
 

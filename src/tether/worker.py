@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from . import serde
 from .agent import Agent, Command
-from .context import Context, Suspend
+from .context import Context, Message, Suspend
 from .errors import (
     DefinitionError,
     LeaseLost,
     NondeterminismError,
+    RunNotFound,
     SerializationError,
     StoreError,
 )
@@ -41,6 +42,7 @@ _FINAL = {
     NondeterminismError: FailureCategory.NONDETERMINISM,
     SerializationError: FailureCategory.SERIALIZATION,
     DefinitionError: FailureCategory.DEFINITION,
+    RunNotFound: FailureCategory.DEFINITION,
 }
 
 
@@ -238,6 +240,8 @@ class Worker:
         state = replay(rec.input, ((cp.kind, cp.data) for cp in rows))
         since_snapshot = len(rows) - (1 if rows and rows[0].kind == "s" else 0)
         journal = await store.load_journal(rec.thread_id, rec.step + 1)
+        inbox = [Message(m.id, m.sender, serde.loads(m.message), m.created_at)
+                 for m in await store.load_inbox(rec.thread_id)]
         step, node_name, attempt, failures = rec.step, rec.node, rec.attempt, rec.failures
         snapshot_every = self.settings.snapshot_every
         while True:
@@ -249,7 +253,8 @@ class Worker:
                 node = agent.get_node(node_name)
                 ctx = Context(store=store, lease=lease, agent=agent.name, node=node_name,
                               step=step, attempt=attempt, journal=journal, sink=runtime.emit,
-                              effect_handlers=runtime.effect_handlers)
+                              effect_handlers=runtime.effect_handlers, inbox=inbox,
+                              agents=runtime.agents, version=runtime.version)
                 try:
                     cmd = await node.fn(dict(state), ctx)
                 except Suspend as suspend:
@@ -266,6 +271,7 @@ class Worker:
                                                      "node": node_name, "seconds": park.seconds})
                     return
                 next_node = _check_command(agent, node_name, cmd)
+                parks = cmd.kind == "receive"
                 delta = merge(state, cmd.update)
                 if since_snapshot + 1 >= snapshot_every:
                     kind, data = "s", serde.dumps(state, "state")
@@ -279,12 +285,19 @@ class Worker:
                 failures += 1
                 await self._failed(agent, node_name, lease, failures, exc)
                 return
-            status = "completed" if next_node is None else "queued" if self._stopping else "running"
+            if parks:
+                status = "waiting"
+            elif next_node is None:
+                status = "completed"
+            else:
+                status = "queued" if self._stopping else "running"
             try:
                 await store.commit_step(StepCommit(
                     lease=lease, step=step, node=node_name or "", next_node=next_node, kind=kind,
                     data=data, attempt=attempt, started_at=started, finished_at=time.time(),
-                    status=status, effects=ctx.effects,
+                    status=status, waiting_for="mail" if parks else None, effects=ctx.effects,
+                    children=ctx.children, messages=ctx.messages, groups=ctx.groups,
+                    consumed=[m.id for m in inbox],
                 ))
             except (LeaseLost, StoreError):
                 raise
@@ -301,7 +314,7 @@ class Worker:
                     runtime.emit(rec.thread_id, {"type": "completed", "step": step})
                     runtime.notify_finished(rec.thread_id)
                 return
-            node_name, attempt, failures, journal = next_node, 1, 0, []
+            node_name, attempt, failures, journal, inbox = next_node, 1, 0, [], []
 
     async def _failed(
         self, agent: Agent, node_name: str | None, lease: Lease, failures: int, exc: Exception
@@ -341,6 +354,8 @@ def _check_command(agent: Agent, node_name: str | None, cmd: Any) -> str | None:
         )
     if cmd.kind == "finish":
         return None
+    if cmd.kind == "receive":
+        return node_name
     if cmd.kind == "goto" and cmd.node is not None:
         agent.get_node(cmd.node)
         return cmd.node

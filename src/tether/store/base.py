@@ -103,15 +103,35 @@ class Park:
     (step, idx). kind "sleep": status sleeping until now + seconds; the timer is journaled at
     (step, idx) so the re-executed node passes it."""
 
-    kind: str
+    kind: str  # interrupt | sleep | join
     step: int
     idx: int
     interrupt_id: str | None = None
     payload: bytes | None = None
     seconds: float | None = None
+    children: Sequence[str] = ()
+    spawn: Sequence[NewRun] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class OutMessage:
+    """A message a step sends: to one run (`recipient`) or to every member of `group`."""
+
+    message: bytes
+    recipient: str | None = None
+    group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    id: int
+    sender: str | None
+    message: bytes
+    created_at: float
 
 
 INTERRUPT_CALL = "tether.interrupt"
+JOIN_CALL = "tether.join"
 SLEEP_CALL = "tether.sleep"
 
 
@@ -183,6 +203,11 @@ class StepCommit:
     waiting_for: str | None = None
     children: Sequence[NewRun] = field(default_factory=tuple)
     effects: Sequence[EffectRow] = field(default_factory=tuple)
+    messages: Sequence[OutMessage] = field(default_factory=tuple)
+    consumed: Sequence[int] = field(default_factory=tuple)
+    """Ids of the inbox messages this step consumed (each consumed by one committed step)."""
+    groups: Sequence[tuple[str, str]] = field(default_factory=tuple)
+    """(group, role) memberships this run takes (role member | admin)."""
 
 
 class Store(Protocol):
@@ -265,9 +290,21 @@ class Store(Protocol):
         queued for the run's effects named in `compensate`; otherwise the run is released as
         queued, claimable from `wake_at`. Fenced; raises LeaseLost."""
 
+    async def send_message(self, thread_id: str, message: bytes, sender: str | None = None) -> int:
+        """Deliver a message from outside a step, waking the recipient if it waits for mail.
+        Returns the message id; raises RunNotFound for an unknown thread_id."""
+
+    async def load_inbox(self, thread_id: str, limit: int = 1000) -> list[MessageRecord]:
+        """Unconsumed messages of the run, oldest first."""
+
+    async def inbox_depth(self, thread_id: str) -> int: ...
+
+    async def group_members(self, group: str) -> list[str]: ...
+
     async def park_run(self, lease: Lease, park: Park) -> None:
-        """Release a running run as waiting (interrupt) or sleeping (timer), recording the
-        interrupt or the journaled timer in the same transaction. Fenced; raises LeaseLost."""
+        """Release a running run as waiting (interrupt, join) or sleeping (timer), recording
+        the interrupt or the journaled timer in the same transaction; a join whose children
+        all finished meanwhile leaves the run queued. Fenced; raises LeaseLost."""
 
     async def resume_interrupt(
         self, thread_id: str, value: bytes, interrupt_id: str | None = None

@@ -49,7 +49,7 @@ __all__ = ["CHANNEL", "PostgresStore", "redact_url"]
 log = logging.getLogger("tether.store.postgres")
 
 CHANNEL: Final = "tether_work"
-_SCHEMES: Final = ("postgresql", "postgres")
+_SCHEMES: Final = ("postgresql", "postgres", "postgresql+psycopg")
 _SYNC_MODES: Final = frozenset({"on", "off", "local", "remote_write", "remote_apply"})
 _MIGRATE_LOCK: Final = 0x7465746865720001  # b"tether\0\1": one key for every tether database
 _MAX_BATCH: Final = 1000
@@ -120,8 +120,8 @@ class PostgresStore:
     ):
         self.url = url
         self.safe_url = redact_url(url)
-        scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-        if scheme not in _SCHEMES:
+        scheme, sep, rest = url.partition("://")
+        if scheme.lower() not in _SCHEMES or not sep:
             raise ConfigError(
                 f"malformed Postgres URL {self.safe_url!r}: expected postgresql://user@host:port/db"
             )
@@ -133,7 +133,7 @@ class PostgresStore:
         if max_size < 2:
             raise ConfigError("max_size must be at least 2 (the committer holds one connection)")
         try:
-            params = conninfo_to_dict(url)
+            params = conninfo_to_dict("postgresql://" + rest)  # libpq knows no "+psycopg"
         except psycopg.Error as exc:
             raise ConfigError(f"malformed Postgres URL {self.safe_url!r}") from exc
         self._password = str(params.get("password") or "")

@@ -23,6 +23,7 @@ from ..errors import (
     EffectError,
     LeaseLost,
     RunConflict,
+    RunNotFound,
     SchemaError,
     StoreError,
     StoreUnavailable,
@@ -33,11 +34,13 @@ from .base import (
     INTERRUPT_CALL,
     RUN_COLUMNS,
     SLEEP_CALL,
+    TERMINAL,
     CheckpointRecord,
     EffectRecord,
     InterruptRecord,
     JournalRecord,
     Lease,
+    MessageRecord,
     NewRun,
     Park,
     RunRecord,
@@ -403,6 +406,9 @@ class SQLiteStore:
 
         effects = commit.effects
         q = self._q
+        terminal = commit.status in TERMINAL
+        simple = not (effects or commit.children or commit.messages or commit.consumed
+                      or commit.groups or terminal or commit.waiting_for)
 
         def job(conn: sqlite3.Connection) -> bool:
             if effects:
@@ -416,27 +422,89 @@ class SQLiteStore:
             if conn.execute(q_run, run_params).rowcount != 1:
                 return False
             conn.execute(insert_cp, cp_params)
-            for child in commit.children:
-                conn.execute(q["insert_run"], _new_run_params(child)).fetchall()
-            for e in effects:
-                conn.execute(q["insert_effect"], {
-                    "thread_id": lease.thread_id, "key": e.key, "step": commit.step,
-                    "idx": e.idx, "name": e.name, "payload": e.payload,
-                    "status": "pending" if e.apply is None else "done"})
-                if e.apply is not None:
-                    try:
-                        e.apply(conn, e.payload, e.key)
-                    except Exception as exc:
-                        raise EffectError(f"transactional effect {e.name!r} failed: {exc!r}") from exc
+            if simple:
+                return True
+            self._commit_extras(conn, commit)
             return True
 
         del q_cp
         if not await self._w(job):
             raise LeaseLost(f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed")
-        if commit.children or commit.status == "queued":
+        if commit.children or commit.messages or commit.status == "queued" or terminal:
             self.work_available.set()
         if effects:
             self.effects_available.set()
+
+    def _commit_extras(self, conn: sqlite3.Connection, commit: StepCommit) -> None:
+        """The rarer parts of a step's transaction: children, messages, group membership,
+        consumed mail, effects, and waking whoever waits on this run."""
+        q, tid, step = self._q, commit.lease.thread_id, commit.step
+        for child in commit.children:
+            conn.execute(q["insert_run"], _new_run_params(child)).fetchall()
+        for group, role in commit.groups:
+            conn.execute(q["join_group"], {"group_name": group, "thread_id": tid, "role": role})
+        if commit.consumed:
+            conn.execute(q["consume_messages"], {"thread_id": tid, "step": step,
+                                                 "ids": orjson.dumps(list(commit.consumed)).decode()})
+        if commit.messages:
+            direct = sorted({m.recipient for m in commit.messages if m.recipient is not None})
+            if direct:
+                found = {r[0] for r in conn.execute(
+                    q["runs_exist"], {"ids": orjson.dumps(direct).decode()}).fetchall()}
+                missing = [r for r in direct if r not in found]
+                if missing:
+                    raise RunNotFound(f"run {tid!r} sent a message to unknown thread_id "
+                                      f"{missing[0]!r}")
+            for m in commit.messages:
+                recipients = [m.recipient] if m.recipient is not None else [
+                    r[0] for r in conn.execute(q["group_members"], {"group_name": m.group})
+                    if r[0] != tid]
+                for rcpt in recipients:
+                    conn.execute(q["insert_message"],
+                                 {"thread_id": rcpt, "sender": tid, "message": m.message})
+                    conn.execute(q["wake_for_mail"], {"thread_id": rcpt})
+        for e in commit.effects:
+            conn.execute(q["insert_effect"], {
+                "thread_id": tid, "key": e.key, "step": step, "idx": e.idx, "name": e.name,
+                "payload": e.payload, "status": "pending" if e.apply is None else "done"})
+            if e.apply is not None:
+                try:
+                    e.apply(conn, e.payload, e.key)
+                except Exception as exc:
+                    raise EffectError(f"transactional effect {e.name!r} failed: {exc!r}") from exc
+        if commit.waiting_for == "mail":
+            conn.execute(q["requeue_if_mail"], {"thread_id": tid})
+        if commit.status in TERMINAL:
+            conn.execute(q["wake_parent"], {"thread_id": tid})
+
+    async def send_message(self, thread_id: str, message: bytes, sender: str | None = None) -> int:
+        q = self._q
+
+        def job(conn: sqlite3.Connection) -> int:
+            if conn.execute(q["get_run"], {"thread_id": thread_id}).fetchone() is None:
+                raise RunNotFound(f"no run with thread_id {thread_id!r}")
+            cur = conn.execute(q["insert_message"],
+                               {"thread_id": thread_id, "sender": sender, "message": message})
+            conn.execute(q["wake_for_mail"], {"thread_id": thread_id})
+            return int(cur.lastrowid or 0)
+
+        mid: int = await self._w(job)
+        self.work_available.set()
+        return mid
+
+    async def load_inbox(self, thread_id: str, limit: int = 1000) -> list[MessageRecord]:
+        q = self._q["load_inbox"]
+        rows = await self._r(lambda c: c.execute(q, {"thread_id": thread_id, "limit": limit}).fetchall())
+        return [MessageRecord(*r) for r in rows]
+
+    async def inbox_depth(self, thread_id: str) -> int:
+        q = self._q["inbox_depth"]
+        return int(await self._r(lambda c: c.execute(q, {"thread_id": thread_id}).fetchone()[0]))
+
+    async def group_members(self, group: str) -> list[str]:
+        q = self._q["group_members"]
+        rows = await self._r(lambda c: c.execute(q, {"group_name": group}).fetchall())
+        return [r[0] for r in rows]
 
     async def fail_step(
         self,
@@ -448,7 +516,7 @@ class SQLiteStore:
         final: bool,
         compensate: Sequence[str] = (),
     ) -> None:
-        q = self._q["fail_step"]
+        q, q_wake = self._q["fail_step"], self._q["wake_parent"]
         comp = self._compensations(lease.thread_id, compensate) if final else None
         params = {
             "thread_id": lease.thread_id,
@@ -463,6 +531,8 @@ class SQLiteStore:
                 return False
             if comp is not None:
                 comp(conn)
+            if final:
+                conn.execute(q_wake, {"thread_id": lease.thread_id})
             return True
 
         if not await self._w(job):
@@ -488,12 +558,12 @@ class SQLiteStore:
 
     async def park_run(self, lease: Lease, park: Park) -> None:
         q = self._q
-        waiting = park.kind == "interrupt"
+        waiting = park.kind != "sleep"
         params = {
             "thread_id": lease.thread_id,
             "epoch": lease.epoch,
             "status": "waiting" if waiting else "sleeping",
-            "waiting_for": "interrupt" if waiting else None,
+            "waiting_for": park.kind if waiting else None,
             "seconds": None if waiting else park.seconds,
         }
 
@@ -501,7 +571,13 @@ class SQLiteStore:
             if conn.execute(q["park_run"], params).rowcount != 1:
                 return False
             key = {"thread_id": lease.thread_id, "step": park.step, "idx": park.idx}
-            if waiting:
+            for child in park.spawn:
+                conn.execute(q["insert_run"], _new_run_params(child)).fetchall()
+            if park.kind == "join":
+                conn.execute(q["requeue_if_joined"], {
+                    "thread_id": lease.thread_id,
+                    "children": orjson.dumps(list(park.children)).decode()})
+            elif waiting:
                 conn.execute(q["insert_interrupt"],
                              {**key, "id": park.interrupt_id, "payload": park.payload})
             else:
@@ -511,8 +587,7 @@ class SQLiteStore:
 
         if not await self._w(job):
             raise LeaseLost(f"run {lease.thread_id!r}: lease lost; not parked")
-        if not waiting:
-            self.work_available.set()
+        self.work_available.set()
 
     async def resume_interrupt(
         self, thread_id: str, value: bytes, interrupt_id: str | None = None
@@ -552,16 +627,23 @@ class SQLiteStore:
     async def cancel_run(
         self, thread_id: str, compensate: Sequence[str] = ()
     ) -> RunRecord | None:
-        q_cancel, q_get = self._q["cancel_run"], self._q["get_run"]
-        comp = self._compensations(thread_id, compensate)
+        q = self._q
+        comp_names = orjson.dumps(list(compensate)).decode()
 
         def job(conn: sqlite3.Connection) -> RunRecord | None:
-            if conn.execute(q_cancel, {"thread_id": thread_id}).rowcount and comp is not None:
-                comp(conn)
-            row = conn.execute(q_get, {"thread_id": thread_id}).fetchone()
+            cancelled = [r[0] for r in conn.execute(q["cancel_tree"],
+                                                    {"thread_id": thread_id}).fetchall()]
+            for tid in cancelled:
+                if compensate:
+                    conn.execute(q["add_compensations"], {
+                        "thread_id": tid, "step": COMPENSATION_STEP, "names": comp_names})
+            if cancelled:
+                conn.execute(q["wake_parent"], {"thread_id": thread_id})
+            row = conn.execute(q["get_run"], {"thread_id": thread_id}).fetchone()
             return None if row is None else _run(row)
 
         result: RunRecord | None = await self._w(job)
+        self.work_available.set()
         if compensate:
             self.effects_available.set()
         return result

@@ -239,3 +239,71 @@ SET status = 'pending', attempts = 0, next_attempt_at = (julianday('now') - 2440
 WHERE key = :key AND (:thread_id IS NULL OR thread_id = :thread_id) AND status IN ('dead', 'pending')
 RETURNING thread_id, key, step, idx, name, payload, status, attempts, epoch, next_attempt_at,
           result, error, compensates, created_at, done_at;
+
+-- name: runs_exist
+SELECT thread_id FROM runs WHERE thread_id IN (SELECT value FROM json_each(:ids));
+
+-- name: insert_message
+INSERT INTO mailbox (thread_id, sender, message, created_at)
+VALUES (:thread_id, :sender, :message, (julianday('now') - 2440587.5) * 86400.0);
+
+-- name: wake_for_mail
+-- Delivery wakes an idle actor (waiting for mail) so any worker can claim it.
+UPDATE runs SET status = 'queued', waiting_for = NULL,
+                updated_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE thread_id = :thread_id AND status = 'waiting' AND waiting_for = 'mail';
+
+-- name: load_inbox
+SELECT id, sender, message, created_at FROM mailbox
+WHERE thread_id = :thread_id AND consumed_step IS NULL ORDER BY id LIMIT :limit;
+
+-- name: consume_messages
+-- Messages are consumed by exactly one committed step (the caller checked the epoch).
+UPDATE mailbox SET consumed_step = :step
+WHERE thread_id = :thread_id AND consumed_step IS NULL
+  AND id IN (SELECT value FROM json_each(:ids));
+
+-- name: requeue_if_mail
+-- An actor that parks for mail while mail is already waiting stays claimable.
+UPDATE runs SET status = 'queued', waiting_for = NULL
+WHERE thread_id = :thread_id AND status = 'waiting' AND waiting_for = 'mail'
+  AND EXISTS (SELECT 1 FROM mailbox WHERE thread_id = :thread_id AND consumed_step IS NULL);
+
+-- name: inbox_depth
+SELECT count(*) FROM mailbox WHERE thread_id = :thread_id AND consumed_step IS NULL;
+
+-- name: wake_parent
+-- A child reached a terminal state: its parent, if parked in join, re-checks its children.
+UPDATE runs SET status = 'queued', waiting_for = NULL,
+                updated_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE thread_id = (SELECT parent_thread_id FROM runs WHERE thread_id = :thread_id)
+  AND status = 'waiting' AND waiting_for = 'join';
+
+-- name: requeue_if_joined
+-- A parent parking in join whose children all finished meanwhile stays claimable.
+UPDATE runs SET status = 'queued', waiting_for = NULL
+WHERE thread_id = :thread_id AND status = 'waiting' AND waiting_for = 'join'
+  AND NOT EXISTS (SELECT 1 FROM runs c
+                  WHERE c.thread_id IN (SELECT value FROM json_each(:children))
+                    AND c.status NOT IN ('completed', 'failed', 'cancelled'));
+
+-- name: cancel_tree
+-- Cancels a run and all its descendants at once, fencing out their holders.
+WITH RECURSIVE tree(id) AS (
+    SELECT :thread_id
+    UNION ALL
+    SELECT r.thread_id FROM runs r JOIN tree ON r.parent_thread_id = tree.id
+)
+UPDATE runs
+SET status = 'cancelled', epoch = epoch + 1, lease_owner = NULL, lease_expires_at = NULL,
+    wake_at = NULL, updated_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE thread_id IN (SELECT id FROM tree) AND status NOT IN ('completed', 'failed', 'cancelled')
+RETURNING thread_id;
+
+-- name: join_group
+INSERT INTO group_members (group_name, thread_id, role, joined_at)
+VALUES (:group_name, :thread_id, :role, (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (group_name, thread_id) DO UPDATE SET role = excluded.role;
+
+-- name: group_members
+SELECT thread_id FROM group_members WHERE group_name = :group_name ORDER BY thread_id;

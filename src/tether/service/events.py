@@ -1,0 +1,183 @@
+"""Server-Sent Events of one run.
+
+Two sources are merged: `runtime.subscribe` (live events, including `ctx.stream` ones, when a
+worker runs in this process) and a poller that reads the run row every `poll` seconds and
+synthesizes the same event types when the row changed, so a client sees progress when the
+worker is another process. Step events are monotonic: a step is announced once, by whichever
+source sees it first; under the poller, steps committed between two polls coalesce into one
+event for the latest. The stream ends after one terminal event (completed, failed, cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from ..runtime import Runtime, run_error
+from ..store.base import TERMINAL, RunRecord
+
+Event = dict[str, Any]
+
+
+class _Tracker:
+    """What the client has been told so far; turns local events and polled rows into the
+    events it has not seen yet."""
+
+    def __init__(self, thread_id: str, rec: RunRecord) -> None:
+        self.thread_id = thread_id
+        self.status = rec.status
+        self.step = rec.step
+        self.seen: set[tuple[str, object]] = set()
+        self.asked: set[str] = set()  # interrupt ids announced
+
+    def local(self, ev: Event) -> Event | None:
+        kind = ev.get("type")
+        if kind == "step":
+            step = int(ev.get("step", 0))
+            if step <= self.step:
+                return None
+            self.step, self.status = step, str(ev.get("status", self.status))
+        elif kind == "interrupted":
+            key = ("interrupted", ev.get("interrupt_id"))
+            if key in self.seen:
+                return None
+            self.seen.add(key)
+            self.asked.add(str(ev.get("interrupt_id")))
+            self.status = "waiting"
+        elif kind == "sleeping":
+            key = ("sleeping", ev.get("step"))
+            if key in self.seen:
+                return None
+            self.seen.add(key)
+            self.status = "sleeping"
+        elif kind == "resumed":
+            key = ("resumed", ev.get("interrupt_id"))
+            if key in self.seen:
+                return None
+            self.seen.add(key)
+            self.status = "queued"
+        elif kind in TERMINAL:
+            self.status = str(kind)
+        return ev
+
+    async def initial(self, runtime: Runtime, rec: RunRecord) -> list[Event]:
+        run = runtime._to_run(rec, None).to_dict()  # noqa: SLF001 - the row without state
+        run.pop("state")
+        return [{"type": "status", **run}, *await self._settle(runtime, rec, None)]
+
+    async def poll(self, runtime: Runtime, rec: RunRecord) -> list[Event]:
+        out: list[Event] = []
+        if rec.step > self.step:
+            self.step = rec.step
+            out.append({"type": "step", "thread_id": self.thread_id, "step": rec.step,
+                        "next_node": rec.node, "status": rec.status})
+        if rec.status != self.status or rec.status in TERMINAL:
+            old, self.status = self.status, rec.status
+            out += await self._settle(runtime, rec, old)
+        return out
+
+    async def _settle(self, runtime: Runtime, rec: RunRecord, old: str | None) -> list[Event]:
+        """Events that describe the run's current status (it changed from `old`)."""
+        base: Event = {"thread_id": self.thread_id}
+        status = rec.status
+        if status in TERMINAL:
+            ev: Event = {**base, "type": status, "step": rec.step}
+            err = run_error(rec.error)
+            if err is not None:
+                ev.update(category=err.category, error=f"{err.type}: {err.message}")
+            return [ev]
+        out: list[Event] = []
+        if status == "waiting":
+            for i in await runtime.interrupts(thread_id=self.thread_id, limit=1_000):
+                if i.id not in self.asked:
+                    self.asked.add(i.id)
+                    self.seen.add(("interrupted", i.id))
+                    out.append({**base, "type": "interrupted", "step": i.step,
+                                "interrupt_id": i.id, "payload": i.payload})
+        elif status == "sleeping":
+            key = ("sleeping", rec.step + 1)
+            if key not in self.seen:
+                self.seen.add(key)
+                out.append({**base, "type": "sleeping", "step": rec.step + 1,
+                            "wake_at": rec.wake_at})
+        elif old == "waiting" and self.asked:
+            for i in await runtime.interrupts(thread_id=self.thread_id, status="resolved",
+                                              limit=1_000):
+                key = ("resumed", i.id)
+                if i.id in self.asked and key not in self.seen:
+                    self.seen.add(key)
+                    out.append({**base, "type": "resumed", "interrupt_id": i.id,
+                                "step": i.step})
+        if not out and old is not None:
+            out.append({**base, "type": "status", "status": status, "step": rec.step})
+        return out
+
+
+async def run_events(
+    runtime: Runtime, rec: RunRecord, *, poll: float = 0.25, keepalive: float = 15.0
+) -> AsyncIterator[Event | None]:
+    """The run's events, starting with a `status` event; None means "send a keepalive"."""
+    thread_id = rec.thread_id
+    queue: asyncio.Queue[Event] = asyncio.Queue()
+
+    async def pump() -> None:
+        async for ev in runtime.subscribe(thread_id):
+            queue.put_nowait(ev)
+
+    task = asyncio.create_task(pump())
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.sleep(0)  # the pump subscribes before the row is read: no gap
+        fresh = await runtime.store.get_run(thread_id)
+        tracker = _Tracker(thread_id, fresh or rec)
+        last_sent = loop.time()
+        for ev in await tracker.initial(runtime, fresh or rec):
+            yield ev
+            if ev["type"] in TERMINAL:
+                return
+        next_poll = loop.time() + poll
+        while True:
+            wait = next_poll - loop.time()
+            ev_or_none: Event | None = None
+            if wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    ev_or_none = await asyncio.wait_for(queue.get(), wait)
+            elif not queue.empty():
+                ev_or_none = queue.get_nowait()
+            if ev_or_none is not None:
+                out = tracker.local(ev_or_none)
+                if out is not None:
+                    last_sent = loop.time()
+                    yield out
+                    if out["type"] in TERMINAL:
+                        return
+                continue
+            if loop.time() < next_poll:
+                continue
+            row = await runtime.store.get_run(thread_id)
+            next_poll = loop.time() + poll
+            if row is None:
+                return
+            for ev in await tracker.poll(runtime, row):
+                last_sent = loop.time()
+                yield ev
+                if ev["type"] in TERMINAL:
+                    return
+            if loop.time() - last_sent >= keepalive:
+                last_sent = loop.time()
+                yield None
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def encode(ev: Event | None) -> bytes:
+    """One SSE frame: `event: <type>` and the JSON `data`, or a comment as keepalive."""
+    if ev is None:
+        return b": keepalive\n\n"
+    return b"event: " + str(ev["type"]).encode() + b"\ndata: " + orjson.dumps(ev) + b"\n\n"

@@ -1,0 +1,151 @@
+"""Request and response bodies of the HTTP API (pydantic lives here and nowhere else)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from ..runtime import Checkpoint, Interrupt, Run, RunStatus
+
+MAX_ID = 200
+"""thread_id, agent name and idempotency key: the limits runtime.start enforces."""
+MAX_INTERRUPT_ID = 300
+"""Interrupt ids are `thread_id:step:index`."""
+NO_NUL = r"^[^\x00]+$"
+"""Postgres TEXT cannot hold NUL; rejecting it here keeps a bad id a 422, not a 500."""
+
+Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID, pattern=NO_NUL)]
+InterruptId = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_INTERRUPT_ID, pattern=NO_NUL)
+]
+Step = Annotated[int, Field(ge=0, le=2**62)]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StartRun(_In):
+    agent: Id = Field(description="name of one of the app's agents")
+    input: dict[str, Any] = Field(default_factory=dict, description="the run's initial state")
+    thread_id: Id | None = Field(
+        default=None,
+        description="the run's id (default: a new uuid); the same thread_id with the same "
+        "input returns the existing run",
+    )
+
+
+class ResumeRun(_In):
+    value: Any = Field(description="the answer (any JSON value), returned by ctx.interrupt()")
+    interrupt_id: InterruptId | None = Field(
+        default=None, description="the interrupt to answer (default: the run's pending one)"
+    )
+
+
+class ForkRun(_In):
+    step: Step = Field(description="the step whose state the new run starts from")
+    thread_id: Id | None = Field(default=None, description="the new run's id (default: new uuid)")
+
+
+class ErrorDetail(BaseModel):
+    type: str = Field(description="the error class, e.g. RunNotFound, ValidationError")
+    message: str
+    details: list[dict[str, Any]] | None = Field(
+        default=None, description="per-field problems of a ValidationError"
+    )
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+class RunErrorOut(BaseModel):
+    category: str
+    type: str
+    message: str
+    traceback: str
+
+
+class RunSummary(BaseModel):
+    thread_id: str
+    agent: str
+    status: RunStatus
+    step: int
+    version: str
+    node: str | None
+    attempt: int
+    error: RunErrorOut | None
+    created_at: float
+    updated_at: float
+    idempotency_key: str | None
+    parent_thread_id: str | None
+    forked_from: str | None
+    forked_step: int | None
+    lease_owner: str | None
+    wake_at: float | None
+
+    @classmethod
+    def of(cls, run: Run) -> RunSummary:
+        d = run.to_dict()
+        d.pop("state")
+        return cls.model_validate(d)
+
+
+class RunOut(RunSummary):
+    state: dict[str, Any]
+
+    @classmethod
+    def of(cls, run: Run) -> RunOut:
+        return cls.model_validate(run.to_dict())
+
+
+class RunPage(BaseModel):
+    runs: list[RunSummary]
+    next_cursor: str | None = Field(
+        description="pass as `cursor` to get the next page; null on the last page"
+    )
+
+
+class CheckpointOut(BaseModel):
+    thread_id: str
+    step: int
+    node: str
+    next_node: str | None
+    state: dict[str, Any] | None = Field(description="the state after this step")
+    kind: str = Field(description="s: snapshot, d: delta")
+    worker: str
+    attempt: int
+    started_at: float
+    finished_at: float
+    duration: float
+
+    @classmethod
+    def of(cls, cp: Checkpoint, with_state: bool) -> CheckpointOut:
+        d = cp.to_dict()
+        if not with_state:
+            d["state"] = None
+        return cls.model_validate(d)
+
+
+class InterruptOut(BaseModel):
+    id: str
+    thread_id: str
+    step: int
+    payload: Any = Field(description="what the run asked (ctx.interrupt's argument)")
+    status: str = Field(description="pending or resolved")
+    value: Any = Field(description="the answer, once resolved")
+    created_at: float
+    resolved_at: float | None
+
+    @classmethod
+    def of(cls, i: Interrupt) -> InterruptOut:
+        return cls.model_validate(i.to_dict())
+
+
+class Health(BaseModel):
+    status: Literal["ok", "unavailable"]
+    db: str = Field(description="the database dialect")
+    version: str = Field(description="the code version this server runs")
+    worker: bool = Field(description="whether a worker runs inside this server")
+    error: str | None = None
