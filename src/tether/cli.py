@@ -6,18 +6,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import ipaddress
 import logging
 import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from types import FrameType
 from typing import Any
 
 import orjson
 
 from .config import default_db, redact
 from .errors import AppImportError, ConfigError, TetherError
-from .runtime import Checkpoint, Run, Runtime
+from .runtime import Checkpoint, Interrupt, Run, Runtime
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
@@ -188,6 +190,127 @@ async def cmd_checkpoints(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_runs_resume(args: argparse.Namespace) -> int:
+    rt = _runtime(args)
+    try:
+        value = orjson.loads(args.value)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"--value is not valid JSON: {exc}") from None
+    try:
+        answered = await rt.resume(args.thread_id, value, interrupt_id=args.interrupt_id)
+    finally:
+        await rt.close()
+    if args.json:
+        _dump(answered.to_dict())
+    else:
+        print(f"resumed {answered.thread_id}: interrupt {answered.id} answered")
+    return 0
+
+
+async def cmd_runs_cancel(args: argparse.Namespace) -> int:
+    rt = _runtime(args)
+    try:
+        run = await rt.cancel(args.thread_id)
+    finally:
+        await rt.close()
+    if args.json:
+        _dump(run.to_dict())
+    else:
+        print(f"{run.thread_id} {run.status.value}")
+    return 0
+
+
+async def cmd_runs_fork(args: argparse.Namespace) -> int:
+    rt = _runtime(args, need_app=True)
+    try:
+        run = await rt.fork(args.thread_id, args.step, new_thread_id=args.new_thread_id)
+    finally:
+        await rt.close()
+    if args.json:
+        _dump(run.to_dict())
+    else:
+        print(f"{run.thread_id} {run.status.value} (forked from {args.thread_id} at step "
+              f"{args.step})")
+    return 0
+
+
+async def cmd_interrupts(args: argparse.Namespace) -> int:
+    rt = _runtime(args)
+    try:
+        pending = await rt.interrupts(thread_id=args.thread_id,
+                                      status=None if args.all else "pending", limit=args.limit)
+    finally:
+        await rt.close()
+    if args.json:
+        _dump([i.to_dict() for i in pending])
+        return 0
+    _print_interrupts(pending)
+    return 0
+
+
+def _print_interrupts(items: list[Interrupt]) -> None:
+    from rich.table import Table
+
+    table = Table("id", "thread_id", "step", "status", "payload", "value")
+    for i in items:
+        table.add_row(i.id, i.thread_id, str(i.step), i.status, orjson.dumps(i.payload).decode(),
+                      "" if i.status == "pending" else orjson.dumps(i.value).decode())
+    _console().print(table)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` keeps the server reachable from this machine only."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+async def cmd_serve(args: argparse.Namespace) -> int:
+    token = args.token if args.token is not None else os.environ.get("TETHER_TOKEN")
+    token = token or None
+    if not is_loopback(args.host) and token is None:
+        raise ConfigError(
+            f"refusing to bind {args.host!r} without a token: anyone who reaches it could start "
+            "and resume runs. Pass --token (or set TETHER_TOKEN), or bind 127.0.0.1"
+        )
+    rt = _runtime(args, need_app=args.worker)
+    if args.lease_ttl is not None:
+        rt = rt.with_db(rt.db_url, lease_ttl=args.lease_ttl)
+    import uvicorn
+
+    from .service import create_app, drain
+
+    await rt.open()  # a missing schema or unreachable database is a clear error, not a traceback
+    app = create_app(rt, token=token, worker_concurrency=args.concurrency if args.worker else None)
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, lifespan="on", access_log=args.verbose,
+        log_level="info" if args.verbose else "warning", timeout_graceful_shutdown=5,
+    )
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            drain(app)
+            super().handle_exit(sig, frame)
+
+    server = Server(config)
+    # uvicorn re-raises the signal that stopped it once it has shut down; these handlers make
+    # that a clean exit (status 0) instead of death by SIGTERM or a KeyboardInterrupt.
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM, signal.SIGINT)}
+    print(f"tether serve: http://{args.host}:{args.port} db={redact(rt.db_url)} "
+          f"version={rt.version} worker={'on' if args.worker else 'off'} "
+          f"auth={'token' if token else 'none'}", flush=True)
+    try:
+        await server.serve()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        await rt.close()
+    return 0 if server.started else 1
+
+
 def _cp_dict(cp: Checkpoint, with_state: bool) -> dict[str, Any]:
     d = cp.to_dict()
     if not with_state:
@@ -237,6 +360,41 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("thread_id")
     s.set_defaults(handler=cmd_runs_show)
 
+    s = rsub.add_parser("resume", parents=[common, read],
+                        help="answer a run's pending interrupt (exactly once)")
+    s.add_argument("thread_id")
+    s.add_argument("--value", required=True, help="the answer, as JSON (e.g. true, '\"yes\"')")
+    s.add_argument("--interrupt-id", help="which interrupt (default: the pending one)")
+    s.set_defaults(handler=cmd_runs_resume)
+    s = rsub.add_parser("cancel", parents=[common, read], help="cancel a run now")
+    s.add_argument("thread_id")
+    s.set_defaults(handler=cmd_runs_cancel)
+    s = rsub.add_parser("fork", parents=[common, read],
+                        help="start a new run from the state after a step of this one")
+    s.add_argument("thread_id")
+    s.add_argument("--step", type=_non_negative_int, required=True)
+    s.add_argument("--thread-id", dest="new_thread_id", help="the new run's thread_id")
+    s.set_defaults(handler=cmd_runs_fork)
+
+    s = sub.add_parser("interrupts", parents=[common, read],
+                       help="interrupts waiting for a person's answer")
+    s.add_argument("--thread-id")
+    s.add_argument("--all", action="store_true", help="answered ones too")
+    s.add_argument("--limit", type=_positive_int, default=100)
+    s.set_defaults(handler=cmd_interrupts)
+
+    s = sub.add_parser("serve", parents=[common], help="run the HTTP API (FastAPI + uvicorn)")
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; any other needs a token)")
+    s.add_argument("--port", type=_port, default=8000)
+    s.add_argument("--token", help="bearer token clients must send (default $TETHER_TOKEN)")
+    s.add_argument("--worker", action="store_true", help="also run a worker in this process")
+    s.add_argument("--concurrency", type=_positive_int, default=100,
+                   help="the embedded worker's concurrency")
+    s.add_argument("--lease-ttl", type=_positive_float, default=None,
+                   help="the embedded worker's lease TTL in seconds")
+    s.set_defaults(handler=cmd_serve)
+
     s = sub.add_parser("checkpoints", parents=[common, read], help="a run's checkpoint log")
     s.add_argument("thread_id")
     s.add_argument("--state", action="store_true", help="include the state after each step")
@@ -253,6 +411,25 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
 
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {value}")
+    return value
 
 def _positive_float(text: str) -> float:
     try:

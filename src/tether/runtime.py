@@ -93,15 +93,13 @@ class Run:
 
     @property
     def actor_state(self) -> str | None:
-        """MegaAgent's actor states: "idle" (parked for mail, no worker held), "processing"
-        (claimed, a step in flight), "response" (mail waiting to be processed); None for a
-        run that is not parked for mail and has no mail."""
+        """The actor state of a run that has mail or parks for it: "idle" (parked, no worker
+        held) or "processing" (mail delivered, being claimed or processed). "response" is the
+        moment its replies commit: an event of `runtime.subscribe`, not a lasting state."""
         if self.waiting_for == "mail":
             return "idle"
-        if self.status == RunStatus.RUNNING:
+        if self.status in (RunStatus.RUNNING, RunStatus.QUEUED) and self.inbox_depth:
             return "processing"
-        if self.status == RunStatus.QUEUED and self.inbox_depth:
-            return "response"
         return None
 
     def to_dict(self) -> dict[str, Any]:

@@ -255,6 +255,9 @@ class Worker:
                               step=step, attempt=attempt, journal=journal, sink=runtime.emit,
                               effect_handlers=runtime.effect_handlers, inbox=inbox,
                               agents=runtime.agents, version=runtime.version)
+                if inbox:
+                    runtime.emit(rec.thread_id, {"type": "processing", "step": step,
+                                                 "inbox": len(inbox)})
                 try:
                     cmd = await node.fn(dict(state), ctx)
                 except Suspend as suspend:
@@ -308,6 +311,11 @@ class Worker:
             self.steps_committed += 1
             runtime.emit(rec.thread_id, {"type": "step", "step": step, "node": node_name,
                                          "next_node": next_node, "status": status})
+            if ctx.messages:
+                runtime.emit(rec.thread_id, {"type": "response", "step": step,
+                                             "sent": len(ctx.messages)})
+            if parks:
+                runtime.emit(rec.thread_id, {"type": "idle", "step": step})
             if status != "running":
                 self._leases.pop(rec.thread_id, None)
                 if status == "completed":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -65,9 +65,12 @@ class _Tracker:
         return ev
 
     async def initial(self, runtime: Runtime, rec: RunRecord) -> list[Event]:
-        run = runtime._to_run(rec, None).to_dict()  # noqa: SLF001 - the row without state
-        run.pop("state")
-        return [{"type": "status", **run}, *await self._settle(runtime, rec, None)]
+        first: Event = {
+            "type": "status", "thread_id": self.thread_id, "agent": rec.agent,
+            "status": rec.status, "step": rec.step, "node": rec.node, "version": rec.version,
+            "attempt": rec.attempt, "wake_at": rec.wake_at, "updated_at": rec.updated_at,
+        }
+        return [first, *await self._settle(runtime, rec, None)]
 
     async def poll(self, runtime: Runtime, rec: RunRecord) -> list[Event]:
         out: list[Event] = []
@@ -99,7 +102,7 @@ class _Tracker:
                     out.append({**base, "type": "interrupted", "step": i.step,
                                 "interrupt_id": i.id, "payload": i.payload})
         elif status == "sleeping":
-            key = ("sleeping", rec.step + 1)
+            key: tuple[str, object] = ("sleeping", rec.step + 1)
             if key not in self.seen:
                 self.seen.add(key)
                 out.append({**base, "type": "sleeping", "step": rec.step + 1,
@@ -107,9 +110,9 @@ class _Tracker:
         elif old == "waiting" and self.asked:
             for i in await runtime.interrupts(thread_id=self.thread_id, status="resolved",
                                               limit=1_000):
-                key = ("resumed", i.id)
-                if i.id in self.asked and key not in self.seen:
-                    self.seen.add(key)
+                rkey: tuple[str, object] = ("resumed", i.id)
+                if i.id in self.asked and rkey not in self.seen:
+                    self.seen.add(rkey)
                     out.append({**base, "type": "resumed", "interrupt_id": i.id,
                                 "step": i.step})
         if not out and old is not None:
@@ -118,9 +121,15 @@ class _Tracker:
 
 
 async def run_events(
-    runtime: Runtime, rec: RunRecord, *, poll: float = 0.25, keepalive: float = 15.0
+    runtime: Runtime,
+    rec: RunRecord,
+    *,
+    poll: float = 0.25,
+    keepalive: float = 15.0,
+    draining: Callable[[], bool] = lambda: False,
 ) -> AsyncIterator[Event | None]:
-    """The run's events, starting with a `status` event; None means "send a keepalive"."""
+    """The run's events, starting with a `status` event; None means "send a keepalive".
+    Ends early (within `poll`) once `draining()` is true: the server is shutting down."""
     thread_id = rec.thread_id
     queue: asyncio.Queue[Event] = asyncio.Queue()
 
@@ -158,6 +167,8 @@ async def run_events(
                 continue
             if loop.time() < next_poll:
                 continue
+            if draining():
+                return
             row = await runtime.store.get_run(thread_id)
             next_poll = loop.time() + poll
             if row is None:

@@ -19,7 +19,8 @@ Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID, pattern=N
 InterruptId = Annotated[
     str, StringConstraints(min_length=1, max_length=MAX_INTERRUPT_ID, pattern=NO_NUL)
 ]
-Step = Annotated[int, Field(ge=0, le=2**62)]
+Step = Annotated[int, Field(ge=0, le=10**15)]
+"""Below 2**53, so that JSON tools that read numbers as doubles see the exact bound."""
 
 
 class _In(BaseModel):
@@ -149,3 +150,11 @@ class Health(BaseModel):
     version: str = Field(description="the code version this server runs")
     worker: bool = Field(description="whether a worker runs inside this server")
     error: str | None = None
+
+
+class CheckpointList(BaseModel):
+    checkpoints: list[CheckpointOut]
+
+
+class InterruptList(BaseModel):
+    interrupts: list[InterruptOut]

@@ -1,0 +1,461 @@
+"""The HTTP API: a FastAPI app over one Runtime.
+
+Every error is a JSON body `{"error": {"type": ..., "message": ...}}`: tether's errors keep
+their class name with the status below, bad input is 4xx (422 for a body or parameter that
+fails validation, 400 for a bad cursor or unparsable body, 413 for a body over the limit),
+and a 5xx means a bug or an unreachable database, never bad input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hmac
+import logging
+import math
+from collections.abc import AsyncIterator, Mapping
+from http import HTTPStatus
+from typing import Annotated, Any
+
+import orjson
+from fastapi import FastAPI, Header, Path, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .. import __version__
+from ..errors import (
+    ConfigError,
+    DefinitionError,
+    InvalidState,
+    LeaseLost,
+    RunConflict,
+    RunNotFound,
+    SerializationError,
+    StoreError,
+    TetherError,
+)
+from ..runtime import RunStatus, Runtime
+from .events import encode, run_events
+from .models import (
+    MAX_ID,
+    NO_NUL,
+    CheckpointList,
+    CheckpointOut,
+    ErrorBody,
+    ForkRun,
+    Health,
+    InterruptList,
+    InterruptOut,
+    ResumeRun,
+    RunOut,
+    RunPage,
+    RunSummary,
+    StartRun,
+)
+
+log = logging.getLogger("tether.service")
+
+MAX_BODY_BYTES = 1 << 20
+"""Default request body limit: run inputs and resume values are state, not file uploads."""
+
+# Most specific first: ResumeConflict is a RunConflict.
+_STATUS: tuple[tuple[type[TetherError], int], ...] = (
+    (RunNotFound, 404),
+    (RunConflict, 409),
+    (InvalidState, 409),
+    (LeaseLost, 409),
+    (DefinitionError, 422),
+    (SerializationError, 422),
+    (ConfigError, 400),
+    (StoreError, 503),
+    (TetherError, 400),
+)
+
+
+class ApiError(Exception):
+    """An error of the HTTP layer itself (bad cursor, body too large)."""
+
+    def __init__(self, status: int, type: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type
+        self.message = message
+
+
+def error_response(
+    status: int,
+    type: str,
+    message: str,
+    *,
+    details: list[dict[str, Any]] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    body: dict[str, Any] = {"type": type, "message": message}
+    if details is not None:
+        body["details"] = details
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
+
+
+def _errors(*codes: int, explicit: bool = False) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the error statuses an operation can return. `explicit` spells the
+    JSON content out, for operations whose own response is not JSON (FastAPI would document
+    their errors under the operation's media type)."""
+    if explicit:
+        content = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+        return {c: {"description": HTTPStatus(c).phrase, "content": content} for c in codes}
+    return {c: {"model": ErrorBody, "description": HTTPStatus(c).phrase} for c in codes}
+
+
+class _Guard:
+    """Bearer-token check (all paths but /healthz) and the request body limit, in front of
+    everything, so unauthenticated clients learn nothing (not even which paths exist)."""
+
+    def __init__(self, app: ASGIApp, token: str | None, max_body: int) -> None:
+        self.app = app
+        self.token = token.encode() if token else None
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        if self.token is not None and scope["path"] != "/healthz":
+            scheme, _, cred = headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                cred.strip().encode("utf-8", "replace"), self.token
+            ):
+                resp = error_response(401, "Unauthorized",
+                                      "missing or wrong bearer token (Authorization: Bearer ...)",
+                                      headers={"WWW-Authenticate": "Bearer"})
+                await resp(scope, receive, send)
+                return
+        length = headers.get("content-length")
+        if length is not None:
+            if not length.isdigit():
+                await error_response(400, "BadRequest", "invalid Content-Length")(
+                    scope, receive, send)
+                return
+            if int(length) > self.max_body:
+                await self._too_large()(scope, receive, send)
+                return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > self.max_body:
+                    raise HTTPException(413, self._message())
+            return msg
+
+        await self.app(scope, limited, send)
+
+    def _message(self) -> str:
+        return f"request body is larger than {self.max_body} bytes"
+
+    def _too_large(self) -> JSONResponse:
+        return error_response(413, "ContentTooLarge", self._message())
+
+
+def encode_cursor(created_at: float, thread_id: str) -> str:
+    raw = orjson.dumps([created_at, thread_id])
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[float, str]:
+    bad = ApiError(400, "InvalidCursor", "cursor is not one this server returned as next_cursor")
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        value = orjson.loads(raw)
+    except (binascii.Error, ValueError):
+        raise bad from None
+    if (not isinstance(value, list) or len(value) != 2
+            or isinstance(value[0], bool) or not isinstance(value[0], (int, float))
+            or not math.isfinite(value[0])
+            or not isinstance(value[1], str) or not 0 < len(value[1]) <= MAX_ID
+            or "\x00" in value[1]):
+        raise bad
+    return float(value[0]), value[1]
+
+
+def _check_json(value: Any, what: str) -> None:
+    """Refuse values that the store's serializer would refuse (ints beyond 64 bits, nesting
+    deeper than 254, lone surrogates) up front, as a 422 naming them."""
+    try:
+        orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        raise SerializationError(f"{what} cannot be stored as JSON: {exc}") from None
+
+
+class EventStream(StreamingResponse):
+    media_type = "text/event-stream"
+
+
+ThreadId = Annotated[str, Path(min_length=1, max_length=MAX_ID, pattern=NO_NUL,
+                               description="the run's thread_id")]
+
+
+def drain(app: FastAPI) -> None:
+    """The server is shutting down: end open event streams (clients reconnect elsewhere)
+    instead of holding the shutdown until its timeout."""
+    app.state.draining = True
+
+
+def create_app(
+    runtime: Runtime,
+    *,
+    token: str | None = None,
+    worker_concurrency: int | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    events_poll: float = 0.25,
+) -> FastAPI:
+    """The HTTP API over `runtime`. With `token`, every endpoint but /healthz requires
+    `Authorization: Bearer <token>`. With `worker_concurrency`, a worker runs inside the
+    server's event loop for the app's lifetime (stopped cleanly on shutdown)."""
+    if worker_concurrency is not None and worker_concurrency < 1:
+        raise ConfigError(f"worker_concurrency must be >= 1, got {worker_concurrency}")
+    worker: dict[str, asyncio.Task[None]] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await runtime.open()
+        stop = asyncio.Event()
+        if worker_concurrency is not None:
+            worker["task"] = asyncio.create_task(
+                runtime.work(concurrency=worker_concurrency, stop=stop), name="tether-worker")
+        try:
+            yield
+        finally:
+            stop.set()
+            task = worker.pop("task", None)
+            if task is not None:
+                grace = runtime.settings.shutdown_grace + 5
+                try:
+                    await asyncio.wait_for(task, grace)
+                except TimeoutError:
+                    log.warning("embedded worker did not stop within %.0fs", grace)
+                except Exception:
+                    log.exception("embedded worker failed")
+            await runtime.close()
+
+    app = FastAPI(
+        title="tether",
+        version=__version__,
+        description="Durable runs of agents: start, inspect, resume, cancel, fork, follow.",
+        lifespan=lifespan,
+        generate_unique_id_function=lambda route: route.name,
+    )
+    app.add_middleware(_Guard, token=token or None, max_body=max_body_bytes)
+    app.state.draining = False
+
+    # -- errors ----------------------------------------------------------------------------
+
+    @app.exception_handler(TetherError)
+    async def tether_error(request: Request, exc: Exception) -> JSONResponse:
+        status = next(code for cls, code in _STATUS if isinstance(exc, cls))
+        if status >= 500:
+            log.warning("%s %s: %r", request.method, request.url.path, exc)
+        return error_response(status, type(exc).__name__, str(exc))
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        return error_response(exc.status, exc.type, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        details = [
+            {"loc": [p if isinstance(p, int) else str(p) for p in e.get("loc", ())],
+             "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+            for e in exc.errors()
+        ]
+        summary = "; ".join(
+            f"{'.'.join(str(p) for p in d['loc'])}: {d['msg']}" for d in details[:5])
+        return error_response(422, "ValidationError", summary or "invalid request",
+                              details=details)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        phrase = HTTPStatus(exc.status_code).phrase
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette lists only the first route whose path matched; a path served by
+            # several routes (GET and POST /runs) allows all of their methods.
+            allowed: set[str] = set()
+            for route in app.router.routes:
+                if route.matches(request.scope)[0] != Match.NONE:
+                    allowed |= getattr(route, "methods", None) or set()
+            headers["Allow"] = ", ".join(sorted(allowed))
+        return error_response(exc.status_code, phrase.replace(" ", ""), str(exc.detail),
+                              headers=headers)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return error_response(500, "InternalError", "internal server error")
+
+    # -- runs ------------------------------------------------------------------------------
+
+    @app.post(
+        "/runs", status_code=201, response_model=RunOut, tags=["runs"],
+        responses={200: {"model": RunOut, "description": "The run already existed (same "
+                         "Idempotency-Key, or same thread_id and input)"},
+                   **_errors(400, 401, 409, 413, 422)},
+    )
+    async def start_run(
+        body: StartRun,
+        response: Response,
+        idempotency_key: Annotated[str | None, Header(
+            alias="Idempotency-Key", min_length=1, max_length=MAX_ID,
+            description="the same key returns the same run instead of starting another",
+        )] = None,
+    ) -> RunOut:
+        """Start a run (a worker picks it up)."""
+        _check_json(body.input, "input")
+        since = await runtime.store.now()
+        run = await runtime.start(body.agent, body.input, thread_id=body.thread_id,
+                                  idempotency_key=idempotency_key)
+        if run.created_at < since:
+            response.status_code = 200
+        return RunOut.of(run)
+
+    @app.get("/runs", response_model=RunPage, tags=["runs"], responses=_errors(400, 401, 422))
+    async def list_runs(
+        status: Annotated[RunStatus | None, Query(description="only runs in this status")] = None,
+        agent: Annotated[str | None, Query(min_length=1, max_length=MAX_ID, pattern=NO_NUL,
+                                           description="only runs of this agent")] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+        cursor: Annotated[str | None, Query(max_length=1024,
+                                            description="next_cursor of the previous page")] = None,
+    ) -> RunPage:
+        """Runs, newest first, without their state; cursor-paginated."""
+        before = decode_cursor(cursor) if cursor else None
+        runs = await runtime.list_runs(status=status.value if status else None, agent=agent,
+                                       limit=limit + 1, before=before)
+        page = runs[:limit]
+        more = len(runs) > limit
+        return RunPage(runs=[RunSummary.of(r) for r in page],
+                       next_cursor=encode_cursor(page[-1].created_at, page[-1].thread_id)
+                       if more else None)
+
+    @app.get("/runs/{thread_id}", response_model=RunOut, tags=["runs"],
+             responses=_errors(401, 404, 422))
+    async def get_run(thread_id: ThreadId) -> RunOut:
+        """One run with its current state."""
+        return RunOut.of(await runtime.get(thread_id))
+
+    @app.post("/runs/{thread_id}/resume", response_model=InterruptOut, tags=["runs"],
+              responses=_errors(400, 401, 404, 409, 413, 422))
+    async def resume_run(thread_id: ThreadId, body: ResumeRun) -> InterruptOut:
+        """Answer the run's pending interrupt (exactly once: a second answer is a 409)."""
+        _check_json(body.value, "value")
+        rec = await runtime.resume(thread_id, body.value, interrupt_id=body.interrupt_id)
+        return InterruptOut.of(rec)
+
+    @app.post("/runs/{thread_id}/cancel", response_model=RunOut, tags=["runs"],
+              responses=_errors(401, 404, 422))
+    async def cancel_run(thread_id: ThreadId) -> RunOut:
+        """Cancel the run now (a finished run is returned unchanged)."""
+        return RunOut.of(await runtime.cancel(thread_id))
+
+    @app.get("/runs/{thread_id}/checkpoints", response_model=CheckpointList, tags=["runs"],
+             responses=_errors(401, 404, 422))
+    async def list_checkpoints(
+        thread_id: ThreadId,
+        state: Annotated[bool, Query(description="include the state after each step")] = True,
+    ) -> CheckpointList:
+        """The run's checkpoint log, by step."""
+        cps = await runtime.checkpoints(thread_id)
+        return CheckpointList(checkpoints=[CheckpointOut.of(cp, state) for cp in cps])
+
+    @app.post("/runs/{thread_id}/fork", status_code=201, response_model=RunOut, tags=["runs"],
+              responses=_errors(400, 401, 404, 409, 413, 422))
+    async def fork_run(thread_id: ThreadId, body: ForkRun) -> RunOut:
+        """A new run starting from the state after `step` of this one."""
+        return RunOut.of(await runtime.fork(thread_id, body.step, new_thread_id=body.thread_id))
+
+    @app.get(
+        "/runs/{thread_id}/events", response_class=EventStream, tags=["runs"],
+        responses={200: {"description": "Server-Sent Events: status, step, interrupted, "
+                         "resumed, sleeping, stream, then one of completed, failed, cancelled",
+                         "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                   **_errors(401, 404, 422, explicit=True)},
+    )
+    async def follow_run(thread_id: ThreadId) -> EventStream:
+        """Follow the run: an initial `status` event, then its events until it is finished."""
+        await runtime.get(thread_id)  # 404 before the stream starts
+
+        async def frames() -> AsyncIterator[bytes]:
+            rec = await runtime.store.get_run(thread_id)
+            if rec is None:
+                return
+            async for ev in run_events(runtime, rec, poll=events_poll,
+                                       draining=lambda: app.state.draining):
+                yield encode(ev)
+
+        return EventStream(frames(), headers={"Cache-Control": "no-cache",
+                                              "X-Accel-Buffering": "no"})
+
+    # -- interrupts, health ----------------------------------------------------------------
+
+    @app.get("/interrupts", response_model=InterruptList, tags=["interrupts"],
+             responses=_errors(401, 422))
+    async def list_interrupts(
+        thread_id: Annotated[str | None, Query(min_length=1, max_length=MAX_ID, pattern=NO_NUL,
+                                               description="only this run's")] = None,
+        status: Annotated[str, Query(pattern="^(pending|resolved|all)$",
+                                     description="pending (default), resolved or all")] = "pending",
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> InterruptList:
+        """Interrupts waiting for a person (oldest first): the inbox to answer."""
+        recs = await runtime.interrupts(thread_id=thread_id,
+                                        status=None if status == "all" else status, limit=limit)
+        return InterruptList(interrupts=[InterruptOut.of(i) for i in recs])
+
+    @app.get("/healthz", response_model=Health, tags=["health"],
+             responses={503: {"model": Health, "description": "database or worker down"}})
+    async def healthz(response: Response) -> Health:
+        """Liveness and database check (no token needed)."""
+        error: str | None = None
+        try:
+            await runtime.store.now()
+        except Exception as exc:
+            error = f"database: {exc}"
+        task = worker.get("task")
+        if task is not None and task.done():
+            error = error or "embedded worker stopped"
+        if error is not None:
+            response.status_code = 503
+        return Health(status="unavailable" if error else "ok", db=runtime.store.dialect,
+                      version=runtime.version, worker=task is not None, error=error)
+
+    # -- OpenAPI ---------------------------------------------------------------------------
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version,
+                                 description=app.description, routes=app.routes)
+            start = schema.get("components", {}).get("schemas", {}).get("StartRun")
+            if start is not None and runtime.agents:
+                start["properties"]["agent"]["enum"] = sorted(runtime.agents)
+            if token:
+                schema.setdefault("components", {})["securitySchemes"] = {
+                    "bearer": {"type": "http", "scheme": "bearer"}}
+                schema["security"] = [{"bearer": []}]
+                schema["paths"]["/healthz"]["get"]["security"] = []
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
