@@ -53,7 +53,6 @@ async def main() -> None:
         worker = asyncio.create_task(runtime.work(concurrency=10, stop=stop))
         queue = await runtime.start(agent, {})
         me = await runtime.start(client, {"expect": 3})
-        seen: list[str] = []
 
         async def watch() -> None:
             async for event in runtime.subscribe(queue.thread_id):

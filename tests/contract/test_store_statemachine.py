@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import orjson
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -82,7 +82,8 @@ class StoreMachine(RuleBasedStateMachine):
         self.workers = {w: Worker() for w in WORKERS}
 
     def run(self, coro):  # type: ignore[no-untyped-def]
-        return self.loop.run_until_complete(coro)
+        # A store call that hangs fails the example instead of hanging the suite.
+        return self.loop.run_until_complete(asyncio.wait_for(coro, 30))
 
     def teardown(self) -> None:
         try:
@@ -136,6 +137,7 @@ class StoreMachine(RuleBasedStateMachine):
         assert len(ids) == len(set(ids)) <= limit
         for run in got:
             m = self.model[run.thread_id]
+            event(f"claim: took a {m.status} run")
             assert before[run.thread_id] is not False, (run, m)  # never terminal, never live
             assert run.status == "running" and run.lease_owner == worker
             assert run.epoch == m.epoch + 1, (run, m)
@@ -165,9 +167,11 @@ class StoreMachine(RuleBasedStateMachine):
         try:
             self.run(self.store.record_call(lease, m.step + 1, m.calls, "call", b"r"))
         except LeaseLost:
+            event("record_call: stale lease refused")
             assert not ok, "the valid lease was refused"
             assert self.run(self.snapshot(lease.thread_id)) == before
         else:
+            event("record_call: journaled")
             assert ok, f"stale lease {lease} journaled a call; model {m}"
             m.calls += 1
 
@@ -203,10 +207,12 @@ class StoreMachine(RuleBasedStateMachine):
         try:
             self.run(self.store.commit_step(commit))
         except LeaseLost:
+            event("commit: stale lease refused")
             assert not ok, "the valid lease was refused"
             assert self.run(self.snapshot(lease.thread_id)) == before
             del self.workers[worker].leases[lease.thread_id]
             return
+        event(f"commit: {status}")
         assert ok, f"stale lease {lease} committed step {step}; model {m}"
         m.step, m.calls, m.status = step, 0, status
         m.wake_far = status == "sleeping" and far
@@ -227,9 +233,11 @@ class StoreMachine(RuleBasedStateMachine):
                 self.store.fail_step(lease, failures=1, wake_at=wake_at, error=b"{}", final=final)
             )
         except LeaseLost:
+            event("fail: stale lease refused")
             assert not ok, "the valid lease was refused"
             assert self.run(self.snapshot(lease.thread_id)) == before
         else:
+            event(f"fail: final={final}")
             assert ok, f"stale lease {lease} recorded a failure; model {m}"
             m.status = "failed" if final else "queued"
             m.owner, m.expired = None, False
@@ -244,8 +252,10 @@ class StoreMachine(RuleBasedStateMachine):
         for lease in leases:
             m = self.model[lease.thread_id]
             if self.valid(lease):
+                event("release: released")
                 m.status, m.owner, m.expired = "queued", None, False
             else:  # a stale release is a no-op
+                event("release: stale lease ignored")
                 assert self.run(self.snapshot(lease.thread_id)) == befores[lease.thread_id]
         self.workers[worker].leases.clear()
 
@@ -291,7 +301,11 @@ class StoreMachine(RuleBasedStateMachine):
                     assert wk.leases[tid].epoch <= m.epoch
 
 
-def test_store_state_machine(databases, store_for) -> None:  # noqa: ANN001
+# Examples per backend: SQLite runs ~60 a second; each Postgres example clones a database.
+EXAMPLES = {"sqlite": 60, "postgres": 20}
+
+
+def test_store_state_machine(databases, store_for) -> None:
     class Machine(StoreMachine):
         make_url = staticmethod(databases.create)
         drop_url = staticmethod(databases.drop)
@@ -300,8 +314,8 @@ def test_store_state_machine(databases, store_for) -> None:  # noqa: ANN001
     run_state_machine_as_test(
         Machine,
         settings=settings(
-            max_examples=15,
-            stateful_step_count=20,
+            max_examples=EXAMPLES[databases.backend],
+            stateful_step_count=25,
             deadline=None,
             database=None,  # no .hypothesis/ directory left behind
             suppress_health_check=[HealthCheck.too_slow],
