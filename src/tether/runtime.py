@@ -189,8 +189,9 @@ class Runtime:
         return self.store.url
 
     def with_db(self, db_url: str, *, lease_ttl: float | None = None) -> Runtime:
-        """The same agents and version on another database (or with another lease TTL)."""
-        return Runtime(
+        """The same agents, effect handlers and version on another database (or with another
+        lease TTL)."""
+        other = Runtime(
             db_url,
             agents=list(self.agents.values()),
             version=self.version,
@@ -198,6 +199,8 @@ class Runtime:
             poll_interval=self.settings.poll_interval,
             snapshot_every=self.settings.snapshot_every,
         )
+        other.effect_handlers = dict(self.effect_handlers)
+        return other
 
     def add_agent(self, agent: Agent) -> None:
         if not isinstance(agent, Agent):

@@ -311,7 +311,7 @@ class Worker:
             self.steps_committed += 1
             runtime.emit(rec.thread_id, {"type": "step", "step": step, "node": node_name,
                                          "next_node": next_node, "status": status})
-            if ctx.messages:
+            if inbox or ctx.messages:
                 runtime.emit(rec.thread_id, {"type": "response", "step": step,
                                              "sent": len(ctx.messages)})
             if parks:

@@ -54,10 +54,12 @@ from .models import (
     InterruptList,
     InterruptOut,
     ResumeRun,
+    RunEvent,
     RunOut,
     RunPage,
     RunSummary,
     StartRun,
+    sse_schema,
 )
 
 log = logging.getLogger("tether.service")
@@ -389,7 +391,7 @@ def create_app(
         "/runs/{thread_id}/events", response_class=EventStream, tags=["runs"],
         responses={200: {"description": "Server-Sent Events: status, step, interrupted, "
                          "resumed, sleeping, stream, then one of completed, failed, cancelled",
-                         "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                         "content": {"text/event-stream": {"schema": sse_schema()}}},
                    **_errors(401, 404, 422, explicit=True)},
     )
     async def follow_run(thread_id: ThreadId) -> EventStream:
@@ -446,7 +448,10 @@ def create_app(
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version,
                                  description=app.description, routes=app.routes)
-            start = schema.get("components", {}).get("schemas", {}).get("StartRun")
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            components["RunEvent"] = RunEvent.model_json_schema(
+                ref_template="#/components/schemas/{model}")
+            start = components.get("StartRun")
             if start is not None and runtime.agents:
                 start["properties"]["agent"]["enum"] = sorted(runtime.agents)
             if token:

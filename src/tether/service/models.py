@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from ..runtime import Checkpoint, Interrupt, Run, RunStatus
 
@@ -19,12 +19,25 @@ Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID, pattern=N
 InterruptId = Annotated[
     str, StringConstraints(min_length=1, max_length=MAX_INTERRUPT_ID, pattern=NO_NUL)
 ]
-Step = Annotated[int, Field(ge=0, le=10**15)]
+
+
+def _json_int(value: Any) -> Any:
+    """JSON Schema's integer: 3 and 3.0, but neither true nor "3"."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("must be an integer")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("must be an integer")
+        return int(value)
+    return value
+
+
+Step = Annotated[int, BeforeValidator(_json_int), Field(ge=0, le=10**15)]
 """Below 2**53, so that JSON tools that read numbers as doubles see the exact bound."""
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class StartRun(_In):
@@ -158,3 +171,31 @@ class CheckpointList(BaseModel):
 
 class InterruptList(BaseModel):
     interrupts: list[InterruptOut]
+
+
+EVENT_TYPES = ("status", "step", "interrupted", "resumed", "sleeping", "stream", "completed",
+               "failed", "cancelled")
+
+
+class RunEvent(BaseModel):
+    """The JSON `data` of one Server-Sent Event of GET /runs/{thread_id}/events; its SSE
+    `event` name is the same as `type`. Further fields depend on the type."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(description="one of: " + ", ".join(EVENT_TYPES))
+    thread_id: str
+    step: int | None = Field(default=None, description="the step it concerns")
+
+
+def sse_schema() -> dict[str, Any]:
+    """OpenAPI (3.1) schema of one event of the stream, with its JSON data described."""
+    return {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {
+            "event": {"type": "string", "description": "the event type (= data.type)"},
+            "data": {"type": "string", "contentMediaType": "application/json",
+                     "contentSchema": {"$ref": "#/components/schemas/RunEvent"}},
+        },
+    }

@@ -29,26 +29,54 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import cache
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
+import orjson
 import psycopg
 from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.errors import TransactionRollback
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ..errors import ConfigError, LeaseLost, RunConflict, SchemaError, StoreError, StoreUnavailable
-from .base import CheckpointRecord, JournalRecord, Lease, NewRun, RunRecord, StepCommit
+from ..errors import (
+    ConfigError,
+    DuplicateEffectKey,
+    EffectError,
+    LeaseLost,
+    RunConflict,
+    RunNotFound,
+    SchemaError,
+    StoreError,
+    StoreUnavailable,
+)
+from .base import (
+    COMPENSATION_STEP,
+    INTERRUPT_CALL,
+    SLEEP_CALL,
+    TERMINAL,
+    CheckpointRecord,
+    EffectRecord,
+    InterruptRecord,
+    JournalRecord,
+    Lease,
+    MessageRecord,
+    NewRun,
+    Park,
+    RunRecord,
+    StepCommit,
+)
 from .migrate import behind_message, latest, migrations, queries
 
-__all__ = ["CHANNEL", "PostgresStore", "redact_url"]
+__all__ = ["CHANNEL", "EFFECTS_CHANNEL", "PostgresStore", "redact_url"]
 
 log = logging.getLogger("tether.store.postgres")
 
 CHANNEL: Final = "tether_work"
+EFFECTS_CHANNEL: Final = "tether_effects"
 _SCHEMES: Final = ("postgresql", "postgres", "postgresql+psycopg")
 _SYNC_MODES: Final = frozenset({"on", "off", "local", "remote_write", "remote_apply"})
 _MIGRATE_LOCK: Final = 0x7465746865720001  # b"tether\0\1": one key for every tether database
@@ -57,8 +85,11 @@ _NO_LIMIT: Final = 2**62
 _BACKOFF_MIN, _BACKOFF_MAX = 0.2, 10.0
 _NEW_RUN_FIELDS: Final = tuple(NewRun.__dataclass_fields__)  # the create_run parameters
 
+T = TypeVar("T")
 Conn = AsyncConnection[TupleRow]
 Params = dict[str, Any]
+_TxBody = Callable[[Conn], Awaitable[T]]
+_TX_ATTEMPTS: Final = 3
 # (query, params, thread_id, future of "one row came back")
 _Job = tuple[bytes, Params, str, "asyncio.Future[bool]"]
 
@@ -169,6 +200,7 @@ class PostgresStore:
         self._listen_conn: Conn | None = None
         self._healer: asyncio.Task[None] | None = None
         self.work_available = asyncio.Event()
+        self.effects_available = asyncio.Event()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.safe_url!r})"
@@ -201,7 +233,7 @@ class PostgresStore:
     async def _connect_listener(self) -> Conn:
         conn = await self._connect()
         try:
-            await conn.execute(b"LISTEN " + CHANNEL.encode())
+            await conn.execute(f"LISTEN {CHANNEL}; LISTEN {EFFECTS_CHANNEL}".encode())
         except BaseException:
             await conn.close()
             raise
@@ -342,6 +374,25 @@ class PostgresStore:
         if pool is not None and (healer is None or healer.done()):
             self._healer = asyncio.create_task(pool.check(), name="tether-pg-pool-check")
 
+    async def _transaction(self, body: _TxBody[T]) -> T:
+        """body(conn) in one transaction on a pooled connection. A deadlock or serialization
+        failure undoes it whole, so it runs again (a few times); a TetherError it raises
+        (LeaseLost, RunNotFound...) rolls it back and propagates."""
+        pool = self._need_pool()
+        for attempt in range(1, _TX_ATTEMPTS + 1):
+            try:
+                async with pool.connection() as conn, conn.transaction():
+                    return await body(conn)
+            except TransactionRollback as exc:
+                if attempt == _TX_ATTEMPTS:
+                    raise self._error(exc) from exc
+                log.debug("transaction rolled back (%s); retrying", self._message(exc))
+            except psycopg.Error as exc:
+                if _is_disconnect(exc):
+                    self._heal()
+                raise self._error(exc) from exc
+        raise AssertionError("unreachable")
+
     # -- schema ----------------------------------------------------------------------------
 
     async def schema_version(self) -> tuple[int, int]:
@@ -480,35 +531,92 @@ class PostgresStore:
         return [JournalRecord(r[0], r[1], r[2]) for r in rows]
 
     async def commit_step(self, commit: StepCommit) -> None:
-        lease = commit.lease
-        params: Params = {
-            "thread_id": lease.thread_id,
-            "epoch": lease.epoch,
-            "step": commit.step,
-            "node": commit.node,
-            "next_node": commit.next_node,
-            "kind": commit.kind,
-            "data": commit.data,
-            "worker": lease.worker,
-            "attempt": commit.attempt,
-            "started_at": commit.started_at,
-            "finished_at": commit.finished_at,
-            "status": commit.status,
-            "wake_at": commit.wake_at,
-            "waiting_for": commit.waiting_for,
-        }
-        wakes = bool(commit.children) or commit.status == "queued"
-        if wakes:
-            _add_children(params, commit.children)
-            query = self._q["commit_step_notify"]
+        lease, terminal = commit.lease, commit.status in TERMINAL
+        if (commit.effects or commit.messages or commit.consumed or commit.groups or terminal
+                or commit.waiting_for == "mail"):
+            await self._transaction(self._committer_tx(commit, terminal))
         else:
-            query = self._q["commit_step"]
-        if not await self._write(query, params, lease.thread_id):
-            raise LeaseLost(
-                f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed"
-            )
-        if wakes:
+            params = _step_params(commit)
+            if commit.children or commit.status == "queued":
+                _add_children(params, commit.children)
+                query = self._q["commit_step_notify"]
+            else:
+                query = self._q["commit_step"]  # the hot path: one statement, group-committed
+            if not await self._write(query, params, lease.thread_id):
+                raise LeaseLost(
+                    f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed"
+                )
+        if commit.children or commit.messages or commit.status == "queued" or terminal:
             self.work_available.set()
+        if commit.effects:
+            self.effects_available.set()
+
+    def _committer_tx(self, commit: StepCommit, terminal: bool) -> _TxBody[None]:
+        """A step carrying mail, effects, groups, or waking another run: one transaction that
+        locks every run row it touches first (lock_runs), then writes (commit_step_tx), then
+        wakes (wake_after_commit), in three statements and as few round trips."""
+        q, tid = self._q, commit.lease.thread_id
+        params = _step_params(commit)
+        _add_children(params, commit.children)
+        roles = dict(commit.groups)  # the last role given for a group wins
+        params["g_names"], params["g_roles"] = list(roles), list(roles.values())
+        params["consumed"] = list(commit.consumed)
+        effects = commit.effects
+        params["e_keys"] = [e.key for e in effects]
+        params["e_idxs"] = [e.idx for e in effects]
+        params["e_names"] = [e.name for e in effects]
+        params["e_payloads"] = [e.payload for e in effects]
+        params["e_statuses"] = ["pending" if e.apply is None else "done" for e in effects]
+        applied = [e for e in effects if e.apply is not None]
+        direct = sorted({m.recipient for m in commit.messages if m.recipient is not None})
+        groups = sorted({m.group for m in commit.messages
+                         if m.recipient is None and m.group is not None})
+
+        async def body(conn: Conn) -> None:
+            members: dict[str, list[str]] = {}
+            if groups:
+                cur = await conn.execute(q["group_recipients"],
+                                         {"groups": groups, "thread_id": tid})
+                for group, member in await cur.fetchall():
+                    members.setdefault(group, []).append(member)
+            sent = [(rcpt, m.message) for m in commit.messages
+                    for rcpt in ([m.recipient] if m.recipient is not None
+                                 else members.get(m.group or "", []))]
+            params["m_recipients"] = [rcpt for rcpt, _ in sent]
+            params["m_messages"] = [message for _, message in sent]
+            recipients = sorted({rcpt for rcpt, _ in sent})
+            wake = {"recipients": recipients, "thread_id": tid, "parent": terminal,
+                    "mail": commit.waiting_for == "mail",
+                    "notify": bool(commit.children or sent or commit.status == "queued"),
+                    "effects": len(applied) < len(effects)}
+            async with conn.pipeline():
+                c_lock = await conn.execute(q["lock_runs"], {
+                    "ids": [tid, *recipients], "thread_id": tid, "parent": terminal})
+                c_taken = (await conn.execute(q["effect_keys_taken"], {
+                    "thread_id": tid, "keys": params["e_keys"]}) if effects else None)
+                c_step = await conn.execute(q["commit_step_tx"], params)
+                if not applied:
+                    await conn.execute(q["wake_after_commit"], wake)
+            if c_taken is not None and (taken := await c_taken.fetchall()):
+                raise DuplicateEffectKey(
+                    f"run {tid!r}: effect key {taken[0][0]!r} was already used "
+                    "in this run; explicit effect keys must be unique within a run")
+            if c_step.rowcount < 1:
+                raise LeaseLost(f"run {tid!r}: lease lost; step {commit.step} not committed")
+            found = {r[0] for r in await c_lock.fetchall()}
+            if missing := [r for r in direct if r not in found]:
+                raise RunNotFound(f"run {tid!r} sent a message to unknown thread_id "
+                                  f"{missing[0]!r}")
+            for e in applied:
+                assert e.apply is not None
+                try:
+                    await e.apply(conn, e.payload, e.key)
+                except Exception as exc:
+                    raise EffectError(f"transactional effect {e.name!r} failed: {exc!r}") from exc
+            if applied:
+                await conn.execute(q["wake_after_commit"], wake)
+
+        return body
 
     async def fail_step(
         self,
@@ -518,6 +626,7 @@ class PostgresStore:
         wake_at: float | None,
         error: bytes | None,
         final: bool,
+        compensate: Sequence[str] = (),
     ) -> None:
         params = {
             "thread_id": lease.thread_id,
@@ -527,17 +636,179 @@ class PostgresStore:
             "error": error,
             "final": final,
         }
-        if not await self._fetchall(self._q["fail_step"], params):
-            raise LeaseLost(f"run {lease.thread_id!r}: lease lost; failure not recorded")
+        lost = f"run {lease.thread_id!r}: lease lost; failure not recorded"
         if not final:
+            if not await self._fetchall(self._q["fail_step"], params):
+                raise LeaseLost(lost)
             self.work_available.set()
+            return
+        q = self._q
+        params.update(names=list(compensate), comp_step=COMPENSATION_STEP)
 
-    async def cancel_run(self, thread_id: str) -> RunRecord | None:
-        # Idempotent: repeated after it took effect, it matches nothing and we read the run.
-        row = await self._fetchone(self._q["cancel_run"], {"thread_id": thread_id}, idempotent=True)
-        if row is not None:
-            return _run(row)
-        return await self.get_run(thread_id)  # terminal or absent: report it as it is now
+        async def body(conn: Conn) -> None:
+            async with conn.pipeline():
+                await conn.execute(q["lock_runs"], {  # the run and its parent, in order
+                    "ids": [lease.thread_id], "thread_id": lease.thread_id, "parent": True})
+                cur = await conn.execute(q["fail_step_final"], params)
+            if not await cur.fetchall():
+                raise LeaseLost(lost)
+
+        await self._transaction(body)
+        if compensate:
+            self.effects_available.set()
+
+    async def park_run(self, lease: Lease, park: Park) -> None:
+        waiting = park.kind != "sleep"
+        params: Params = {
+            "thread_id": lease.thread_id,
+            "epoch": lease.epoch,
+            "status": "waiting" if waiting else "sleeping",
+            "waiting_for": park.kind if waiting else None,
+            "seconds": None if waiting else park.seconds,
+            "kind": park.kind,
+            "step": park.step,
+            "idx": park.idx,
+            "interrupt_id": park.interrupt_id,
+            "payload": park.payload,
+            "sleep_name": SLEEP_CALL,
+            "timer": None if waiting else orjson.dumps(park.seconds),
+        }
+        _add_children(params, park.spawn)
+        lost = f"run {lease.thread_id!r}: lease lost; not parked"
+        if park.kind != "join":
+            if not await self._fetchall(self._q["park_run"], params):
+                raise LeaseLost(lost)
+        else:
+            q, joined = self._q, {"thread_id": lease.thread_id, "children": list(park.children)}
+
+            async def body(conn: Conn) -> None:
+                async with conn.pipeline():
+                    cur = await conn.execute(q["park_run"], params)
+                    # A later statement: children finished by now are seen (see the query).
+                    await conn.execute(q["requeue_if_joined"], joined)
+                if not await cur.fetchall():
+                    raise LeaseLost(lost)
+
+            await self._transaction(body)
+        self.work_available.set()
+
+    async def cancel_run(
+        self, thread_id: str, compensate: Sequence[str] = ()
+    ) -> RunRecord | None:
+        q = self._q
+        params = {"thread_id": thread_id, "names": list(compensate),
+                  "comp_step": COMPENSATION_STEP}
+
+        async def body(conn: Conn) -> RunRecord | None:
+            async with conn.pipeline():
+                await conn.execute(q["lock_tree"], {"thread_id": thread_id})
+                await conn.execute(q["cancel_tree"], params)
+                cur = await conn.execute(q["get_run"], {"thread_id": thread_id})
+            row = await cur.fetchone()
+            return None if row is None else _run(row)
+
+        run = await self._transaction(body)
+        self.work_available.set()
+        if compensate:
+            self.effects_available.set()
+        return run
+
+    # -- mail ------------------------------------------------------------------------------
+
+    async def send_message(
+        self, thread_id: str, message: bytes, sender: str | None = None
+    ) -> int:
+        q = self._q
+
+        async def body(conn: Conn) -> int:
+            async with conn.pipeline():
+                await conn.execute(q["lock_runs"], {
+                    "ids": [thread_id], "thread_id": thread_id, "parent": False})
+                cur = await conn.execute(q["send_message"], {
+                    "thread_id": thread_id, "sender": sender, "message": message})
+            row = await cur.fetchone()
+            if row is None:
+                raise RunNotFound(f"no run with thread_id {thread_id!r}")
+            return int(row[0])
+
+        mid = await self._transaction(body)
+        self.work_available.set()
+        return mid
+
+    async def load_inbox(self, thread_id: str, limit: int = 1000) -> list[MessageRecord]:
+        rows = await self._read(self._q["load_inbox"], {"thread_id": thread_id, "limit": limit})
+        return [MessageRecord(*r) for r in rows]
+
+    async def inbox_depth(self, thread_id: str) -> int:
+        row = await self._read_one(self._q["inbox_depth"], {"thread_id": thread_id})
+        return int(row[0]) if row is not None else 0
+
+    async def group_members(self, group: str) -> list[str]:
+        rows = await self._read(self._q["group_members"], {"group_name": group})
+        return [r[0] for r in rows]
+
+    # -- interrupts ------------------------------------------------------------------------
+
+    async def resume_interrupt(
+        self, thread_id: str, value: bytes, interrupt_id: str | None = None
+    ) -> InterruptRecord | None:
+        params = {"thread_id": thread_id, "value": value, "id": interrupt_id,
+                  "name": INTERRUPT_CALL}
+        row = await self._fetchone(self._q["resume_interrupt"], params)
+        if row is None:
+            return None
+        self.work_available.set()
+        return InterruptRecord(*row[:9])
+
+    async def get_interrupt(self, interrupt_id: str) -> InterruptRecord | None:
+        row = await self._read_one(self._q["get_interrupt"], {"id": interrupt_id})
+        return None if row is None else InterruptRecord(*row)
+
+    async def list_interrupts(
+        self, *, thread_id: str | None = None, status: str | None = "pending", limit: int = 100
+    ) -> list[InterruptRecord]:
+        params = {"thread_id": thread_id, "status": status, "limit": limit}
+        return [InterruptRecord(*r) for r in await self._read(self._q["list_interrupts"], params)]
+
+    # -- outbox ----------------------------------------------------------------------------
+
+    async def claim_effects(
+        self, worker: str, names: Sequence[str], limit: int, lease_ttl: float
+    ) -> list[EffectRecord]:
+        params = {"worker": worker, "names": list(names), "limit": limit,
+                  "ttl": float(lease_ttl)}
+        return [EffectRecord(*r) for r in await self._fetchall(self._q["claim_effects"], params)]
+
+    async def complete_effect(self, effect: EffectRecord, result: bytes) -> bool:
+        params = {"thread_id": effect.thread_id, "key": effect.key, "epoch": effect.epoch,
+                  "result": result}
+        return bool(await self._fetchall(self._q["complete_effect"], params))
+
+    async def fail_effect(self, effect: EffectRecord, error: str, delay: float | None) -> bool:
+        params = {"thread_id": effect.thread_id, "key": effect.key, "epoch": effect.epoch,
+                  "error": error, "delay": delay}
+        ok = bool(await self._fetchall(self._q["fail_effect"], params))
+        if ok and delay is not None:
+            self.effects_available.set()
+        return ok
+
+    async def get_effect(self, thread_id: str, key: str) -> EffectRecord | None:
+        row = await self._read_one(self._q["get_effect"], {"thread_id": thread_id, "key": key})
+        return None if row is None else EffectRecord(*row)
+
+    async def list_effects(
+        self, *, thread_id: str | None = None, status: str | None = None, limit: int = 100
+    ) -> list[EffectRecord]:
+        params = {"thread_id": thread_id, "status": status, "limit": limit}
+        return [EffectRecord(*r) for r in await self._read(self._q["list_effects"], params)]
+
+    async def retry_effect(self, key: str, thread_id: str | None = None) -> list[EffectRecord]:
+        rows = await self._fetchall(self._q["retry_effect"], {"key": key, "thread_id": thread_id})
+        if rows:
+            self.effects_available.set()
+        return [EffectRecord(*r[:15]) for r in rows]
+
+    # -- checkpoints -----------------------------------------------------------------------
 
     async def load_checkpoints(
         self, thread_id: str, upto: int | None = None
@@ -566,11 +837,17 @@ class PostgresStore:
         # for any cancelled write.
         self._busy = True
         try:
-            cur = self._cursor
-            if cur is None or cur.closed or cur.connection.closed:
-                cur = await self._new_cursor()
-            await cur.execute(query, params)
-            return cur.rowcount > 0
+            for attempt in range(1, _TX_ATTEMPTS + 1):
+                try:
+                    cur = self._cursor
+                    if cur is None or cur.closed or cur.connection.closed:
+                        cur = await self._new_cursor()
+                    await cur.execute(query, params)
+                    return cur.rowcount > 0
+                except TransactionRollback as exc:  # a deadlock victim: nothing was written
+                    if attempt == _TX_ATTEMPTS:
+                        raise self._error(exc) from exc
+            raise AssertionError("unreachable")
         except psycopg.Error as exc:
             raise self._lost(exc) from exc
         finally:
@@ -627,15 +904,21 @@ class PostgresStore:
 
     async def _commit_one(self, job: _Job) -> None:
         query, params, _, fut = job
-        try:
-            cur = self._cursor
-            if cur is None or cur.closed or cur.connection.closed:
-                cur = await self._new_cursor()
-            await cur.execute(query, params)
-        except psycopg.Error as exc:
-            _fail(fut, self._lost(exc))
-        else:
-            _done(fut, cur.rowcount > 0)
+        for attempt in range(1, _TX_ATTEMPTS + 1):
+            try:
+                cur = self._cursor
+                if cur is None or cur.closed or cur.connection.closed:
+                    cur = await self._new_cursor()
+                await cur.execute(query, params)
+            except TransactionRollback as exc:  # a deadlock victim: nothing was written
+                if attempt == _TX_ATTEMPTS:
+                    _fail(fut, self._error(exc))
+            except psycopg.Error as exc:
+                _fail(fut, self._lost(exc))
+                return
+            else:
+                _done(fut, cur.rowcount > 0)
+                return
 
     async def _commit_batch(self, batch: list[_Job]) -> None:
         batch.sort(key=_thread_of)  # lock order: thread_id, as renew_leases and release_runs
@@ -715,21 +998,21 @@ class PostgresStore:
             backoff = min(backoff * 2, _BACKOFF_MAX)
 
     async def _pump(self, conn: Conn) -> None:
-        """Turn notifications into wake-ups, at most one per debounce window: the first
-        notification of a burst sets the event at once, and the rest of the burst (whatever
-        arrives within the window) sets it once more at the end."""
-        event = self.work_available
+        """Turn notifications into wake-ups, at most one per event per debounce window: the
+        first notification of a burst sets its event at once, and the rest of the burst
+        (whatever arrives within the window) sets it once more at the end."""
+        events = {CHANNEL: self.work_available, EFFECTS_CHANNEL: self.effects_available}
         while True:
-            async for _ in conn.notifies(stop_after=1):
-                pass
-            event.set()
-            more = True
-            while more:
-                more = False
-                async for _ in conn.notifies(timeout=self.debounce):
-                    more = True
-                if more:
-                    event.set()
+            async for n in conn.notifies(stop_after=1):
+                events[n.channel].set()
+            seen = True
+            while seen:
+                channels = set()
+                async for n in conn.notifies(timeout=self.debounce):
+                    channels.add(n.channel)
+                for channel in channels:
+                    events[channel].set()
+                seen = bool(channels)
 
 
 def _thread_of(job: _Job) -> str:
@@ -744,6 +1027,26 @@ def _done(fut: asyncio.Future[bool], value: bool) -> None:
 def _fail(fut: asyncio.Future[bool], error: StoreError) -> None:
     if not fut.done():
         fut.set_exception(error)
+
+
+def _step_params(commit: StepCommit) -> Params:
+    lease = commit.lease
+    return {
+        "thread_id": lease.thread_id,
+        "epoch": lease.epoch,
+        "step": commit.step,
+        "node": commit.node,
+        "next_node": commit.next_node,
+        "kind": commit.kind,
+        "data": commit.data,
+        "worker": lease.worker,
+        "attempt": commit.attempt,
+        "started_at": commit.started_at,
+        "finished_at": commit.finished_at,
+        "status": commit.status,
+        "wake_at": commit.wake_at,
+        "waiting_for": commit.waiting_for,
+    }
 
 
 def _new_run_params(new: NewRun) -> Params:

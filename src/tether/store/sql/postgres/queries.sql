@@ -272,3 +272,430 @@ ORDER BY step;
 SELECT thread_id, step, node, next_node, kind, data, worker, attempt, started_at, finished_at
 FROM checkpoints WHERE thread_id = %(thread_id)s
 ORDER BY step;
+
+-- name: lock_runs
+-- Locks every run row a multi-statement write will touch (the run itself, the runs it sends
+-- mail to, its parent when it finishes), in thread_id order like every other multi-row lock,
+-- before any of them is read for a decision: a concurrent park or send either commits first
+-- (and the later statements of this transaction see it) or waits for us. Returns the ones
+-- that exist.
+SELECT thread_id FROM runs
+WHERE thread_id = ANY(%(ids)s::text[])
+   OR thread_id = (SELECT parent_thread_id FROM runs
+                   WHERE thread_id = %(thread_id)s AND %(parent)s::boolean)
+ORDER BY thread_id
+FOR NO KEY UPDATE;
+
+-- name: effect_keys_taken
+-- Which of a step's effect keys the run already used (explicit keys must be unique per run).
+SELECT key FROM outbox WHERE thread_id = %(thread_id)s AND key = ANY(%(keys)s::text[]);
+
+-- name: commit_step_tx
+-- commit_step with everything a step may carry, for a transaction that locked the rows
+-- first (lock_runs): the fenced update and checkpoint, then, only if the fence held,
+-- children, group memberships, consumed mail, sent mail and effects (transactional ones
+-- already done). One row back = committed.
+WITH u AS (
+    UPDATE runs
+    SET step = %(step)s, node = %(next_node)s, status = %(status)s,
+        attempt = CASE WHEN %(status)s = 'running' THEN 1 ELSE 0 END, failures = 0,
+        wake_at = %(wake_at)s, waiting_for = %(waiting_for)s,
+        lease_owner = CASE WHEN %(status)s = 'running' THEN lease_owner END,
+        lease_expires_at = CASE WHEN %(status)s = 'running' THEN lease_expires_at END,
+        updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status = 'running'
+    RETURNING thread_id
+),
+c AS (
+    INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
+                             started_at, finished_at)
+    SELECT u.thread_id, %(step)s, %(node)s, %(next_node)s, %(kind)s, %(data)s, %(worker)s,
+           %(attempt)s, %(started_at)s, %(finished_at)s
+    FROM u
+    RETURNING thread_id
+),
+k AS (
+    INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash,
+                      idempotency_key, parent_thread_id, forked_from, forked_step,
+                      created_at, updated_at)
+    SELECT x.thread_id, x.agent, x.version, 'queued', x.node, x.input, x.input_hash,
+           x.idempotency_key, x.parent_thread_id, x.forked_from, x.forked_step,
+           extract(epoch FROM clock_timestamp())::float8,
+           extract(epoch FROM clock_timestamp())::float8
+    FROM u, unnest(%(c_thread_id)s::text[], %(c_agent)s::text[], %(c_version)s::text[],
+                   %(c_node)s::text[], %(c_input)s::bytea[], %(c_input_hash)s::text[],
+                   %(c_idempotency_key)s::text[], %(c_parent_thread_id)s::text[],
+                   %(c_forked_from)s::text[], %(c_forked_step)s::bigint[])
+         AS x(thread_id, agent, version, node, input, input_hash, idempotency_key,
+              parent_thread_id, forked_from, forked_step)
+    ON CONFLICT DO NOTHING
+),
+g AS (
+    INSERT INTO group_members (group_name, thread_id, role, joined_at)
+    SELECT x.group_name, u.thread_id, x.role, extract(epoch FROM clock_timestamp())::float8
+    FROM u, unnest(%(g_names)s::text[], %(g_roles)s::text[]) AS x(group_name, role)
+    ON CONFLICT (group_name, thread_id) DO UPDATE SET role = excluded.role
+),
+cm AS (
+    UPDATE mailbox SET consumed_step = %(step)s
+    WHERE thread_id = %(thread_id)s AND consumed_step IS NULL
+      AND id = ANY(%(consumed)s::bigint[]) AND EXISTS (SELECT 1 FROM u)
+),
+sm AS (
+    INSERT INTO mailbox (thread_id, sender, message, created_at)
+    SELECT x.recipient, u.thread_id, x.message, extract(epoch FROM clock_timestamp())::float8
+    FROM u, unnest(%(m_recipients)s::text[], %(m_messages)s::bytea[]) WITH ORDINALITY
+         AS x(recipient, message, n)
+    ORDER BY x.n
+),
+e AS (
+    INSERT INTO outbox (thread_id, key, step, idx, name, payload, status, next_attempt_at,
+                        compensates, created_at)
+    SELECT u.thread_id, x.key, %(step)s, x.idx, x.name, x.payload, x.status,
+           extract(epoch FROM clock_timestamp())::float8, NULL,
+           extract(epoch FROM clock_timestamp())::float8
+    FROM u, unnest(%(e_keys)s::text[], %(e_idxs)s::bigint[], %(e_names)s::text[],
+                   %(e_payloads)s::bytea[], %(e_statuses)s::text[])
+         AS x(key, idx, name, payload, status)
+)
+SELECT 1 FROM c;
+
+-- name: wake_after_commit
+-- The wake-ups of a step's transaction, read after lock_runs (a fresh snapshot): recipients
+-- idle for mail become queued; so does the run itself if it parks for mail while mail waits;
+-- a finished run's parent parked in join re-checks its children. Announces them (and, when
+-- asked, the run's own new work) on tether_work.
+WITH wm AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL,
+                    updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id = ANY(%(recipients)s::text[]) AND status = 'waiting' AND waiting_for = 'mail'
+    RETURNING version
+),
+rq AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL
+    WHERE %(mail)s::boolean AND thread_id = %(thread_id)s AND status = 'waiting'
+      AND waiting_for = 'mail'
+      AND NOT (thread_id = ANY(%(recipients)s::text[]))
+      AND EXISTS (SELECT 1 FROM mailbox WHERE thread_id = %(thread_id)s AND consumed_step IS NULL)
+    RETURNING version
+),
+wp AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL,
+                    updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE %(parent)s::boolean
+      AND thread_id = (SELECT parent_thread_id FROM runs WHERE thread_id = %(thread_id)s)
+      AND status = 'waiting' AND waiting_for = 'join'
+    RETURNING version
+),
+woke AS MATERIALIZED (
+    SELECT pg_notify('tether_work', v.version)
+    FROM (SELECT version FROM wm UNION SELECT version FROM rq UNION SELECT version FROM wp
+          UNION SELECT version FROM runs WHERE thread_id = %(thread_id)s AND %(notify)s::boolean) v
+),
+fx AS MATERIALIZED (SELECT pg_notify('tether_effects', '') WHERE %(effects)s::boolean)
+SELECT (SELECT count(*) FROM woke), (SELECT count(*) FROM fx);
+
+-- name: fail_step_final
+-- A final failure inside a transaction that locked the run and its parent (lock_runs): the
+-- run fails with the error, compensations are queued for its effects named in names, and a
+-- parent parked in join is woken (after the lock, so a concurrent park cannot miss it).
+-- One row back = recorded.
+WITH u AS (
+    UPDATE runs
+    SET status = 'failed', node = NULL, failures = %(failures)s, wake_at = %(wake_at)s::float8,
+        error = %(error)s::bytea, lease_owner = NULL, lease_expires_at = NULL,
+        updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status = 'running'
+    RETURNING thread_id, parent_thread_id
+),
+comp AS (
+    INSERT INTO outbox (thread_id, key, step, idx, name, payload, status, next_attempt_at,
+                        compensates, created_at)
+    SELECT o.thread_id, o.key || ':compensate', %(comp_step)s, -(o.step * 100000 + o.idx),
+           o.name, o.payload, 'pending', extract(epoch FROM clock_timestamp())::float8, o.key,
+           extract(epoch FROM clock_timestamp())::float8
+    FROM outbox o JOIN u ON o.thread_id = u.thread_id
+    WHERE o.compensates IS NULL AND o.status IN ('pending', 'running', 'done')
+      AND o.name = ANY(%(names)s::text[])
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+),
+wp AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL,
+                    updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id = (SELECT parent_thread_id FROM u)
+      AND status = 'waiting' AND waiting_for = 'join'
+    RETURNING version
+),
+woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM wp),
+fx AS MATERIALIZED (SELECT pg_notify('tether_effects', '') WHERE EXISTS (SELECT 1 FROM comp))
+SELECT (SELECT count(*) FROM woke), (SELECT count(*) FROM fx) FROM u;
+
+-- name: send_message
+-- Delivers mail from outside a step (the recipient's row is locked by lock_runs first), and
+-- wakes the recipient if it is idle for mail. No row back = no such run.
+WITH m AS (
+    INSERT INTO mailbox (thread_id, sender, message, created_at)
+    SELECT thread_id, %(sender)s, %(message)s, extract(epoch FROM clock_timestamp())::float8
+    FROM runs WHERE thread_id = %(thread_id)s
+    RETURNING id
+),
+w AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL,
+                    updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id = %(thread_id)s AND status = 'waiting' AND waiting_for = 'mail'
+    RETURNING version
+),
+woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM w)
+SELECT m.id, (SELECT count(*) FROM woke) FROM m;
+
+-- name: load_inbox
+SELECT id, sender, message, created_at FROM mailbox
+WHERE thread_id = %(thread_id)s AND consumed_step IS NULL
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: inbox_depth
+SELECT count(*) FROM mailbox WHERE thread_id = %(thread_id)s AND consumed_step IS NULL;
+
+-- name: group_members
+SELECT thread_id FROM group_members WHERE group_name = %(group_name)s ORDER BY thread_id;
+
+-- name: group_recipients
+-- Who a step's group messages go to: every member but the sender.
+SELECT group_name, thread_id FROM group_members
+WHERE group_name = ANY(%(groups)s::text[]) AND thread_id <> %(thread_id)s
+ORDER BY group_name, thread_id;
+
+-- name: park_run
+-- Parks a running run (interrupt or join -> waiting, sleep -> sleeping until NOW + seconds),
+-- fenced by the epoch; the lease is released: a parked run holds no worker. In the same
+-- statement: the children it spawns, and the pending interrupt or the journaled timer.
+-- One row back = parked.
+WITH u AS (
+    UPDATE runs
+    SET status = %(status)s, waiting_for = %(waiting_for)s,
+        wake_at = extract(epoch FROM clock_timestamp())::float8 + %(seconds)s::float8,
+        lease_owner = NULL, lease_expires_at = NULL, attempt = 0, failures = 0,
+        updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status = 'running'
+    RETURNING thread_id
+),
+k AS (
+    INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash,
+                      idempotency_key, parent_thread_id, forked_from, forked_step,
+                      created_at, updated_at)
+    SELECT x.thread_id, x.agent, x.version, 'queued', x.node, x.input, x.input_hash,
+           x.idempotency_key, x.parent_thread_id, x.forked_from, x.forked_step,
+           extract(epoch FROM clock_timestamp())::float8,
+           extract(epoch FROM clock_timestamp())::float8
+    FROM u, unnest(%(c_thread_id)s::text[], %(c_agent)s::text[], %(c_version)s::text[],
+                   %(c_node)s::text[], %(c_input)s::bytea[], %(c_input_hash)s::text[],
+                   %(c_idempotency_key)s::text[], %(c_parent_thread_id)s::text[],
+                   %(c_forked_from)s::text[], %(c_forked_step)s::bigint[])
+         AS x(thread_id, agent, version, node, input, input_hash, idempotency_key,
+              parent_thread_id, forked_from, forked_step)
+    ON CONFLICT DO NOTHING
+    RETURNING version
+),
+i AS (
+    -- A re-execution that reaches the same interrupt again keeps the first id.
+    INSERT INTO interrupts (thread_id, step, idx, id, payload, status, created_at)
+    SELECT u.thread_id, %(step)s, %(idx)s, %(interrupt_id)s, %(payload)s::bytea, 'pending',
+           extract(epoch FROM clock_timestamp())::float8
+    FROM u WHERE %(kind)s = 'interrupt'
+    ON CONFLICT (thread_id, step, idx) DO NOTHING
+),
+j AS (
+    INSERT INTO journal (thread_id, step, idx, name, result)
+    SELECT u.thread_id, %(step)s, %(idx)s, %(sleep_name)s, %(timer)s::bytea
+    FROM u WHERE %(kind)s = 'sleep'
+),
+woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM (SELECT DISTINCT version FROM k) v)
+SELECT (SELECT count(*) FROM woke) FROM u;
+
+-- name: requeue_if_joined
+-- A parent parking in join whose children all finished meanwhile stays claimable. A later
+-- statement than the park (a fresh snapshot): a child that finishes after it locks this row
+-- and wakes it (wake_after_commit) instead.
+WITH w AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL
+    WHERE thread_id = %(thread_id)s AND status = 'waiting' AND waiting_for = 'join'
+      AND NOT EXISTS (SELECT 1 FROM runs c
+                      WHERE c.thread_id = ANY(%(children)s::text[])
+                        AND c.status NOT IN ('completed', 'failed', 'cancelled'))
+    RETURNING version
+)
+SELECT pg_notify('tether_work', version) FROM w;
+
+-- name: resume_interrupt
+-- Answers the run's pending interrupt exactly once (a concurrent second answer waits on the
+-- row, then finds it resolved), journals the value for the re-executed node, and makes the
+-- run claimable, announced; all or nothing.
+WITH r AS (
+    UPDATE interrupts
+    SET value = %(value)s, status = 'resolved',
+        resolved_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id = %(thread_id)s AND status = 'pending'
+      AND (%(id)s::text IS NULL OR id = %(id)s::text)
+    RETURNING thread_id, step, idx, id, payload, value, status, created_at, resolved_at
+),
+j AS (
+    INSERT INTO journal (thread_id, step, idx, name, result)
+    SELECT thread_id, step, idx, %(name)s, %(value)s FROM r
+),
+w AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL, wake_at = NULL,
+                    updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id = %(thread_id)s AND status = 'waiting' AND EXISTS (SELECT 1 FROM r)
+    RETURNING version
+),
+woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM w)
+SELECT r.*, (SELECT count(*) FROM woke) FROM r;
+
+-- name: get_interrupt
+SELECT thread_id, step, idx, id, payload, value, status, created_at, resolved_at
+FROM interrupts WHERE id = %(id)s;
+
+-- name: list_interrupts
+SELECT thread_id, step, idx, id, payload, value, status, created_at, resolved_at
+FROM interrupts
+WHERE (%(thread_id)s::text IS NULL OR thread_id = %(thread_id)s::text)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+ORDER BY created_at, id
+LIMIT %(limit)s;
+
+-- name: lock_tree
+-- Locks a run, all its descendants and its parent, in thread_id order, before cancel_tree
+-- decides anything: a step committing meanwhile (which may spawn children) finishes first.
+WITH RECURSIVE tree(id) AS (
+    SELECT %(thread_id)s::text
+    UNION
+    SELECT r.thread_id FROM runs r JOIN tree ON r.parent_thread_id = tree.id
+)
+SELECT thread_id FROM runs
+WHERE thread_id IN (SELECT id FROM tree)
+   OR thread_id = (SELECT parent_thread_id FROM runs WHERE thread_id = %(thread_id)s)
+ORDER BY thread_id
+FOR NO KEY UPDATE;
+
+-- name: cancel_tree
+-- Cancels a run and all its descendants at once (epoch bumps fence out their holders),
+-- queues compensations for their effects named in names, and wakes the run's parent if it
+-- is parked in join. Returns the cancelled thread_ids.
+WITH RECURSIVE tree(id) AS (
+    SELECT %(thread_id)s::text
+    UNION
+    SELECT r.thread_id FROM runs r JOIN tree ON r.parent_thread_id = tree.id
+),
+c AS (
+    UPDATE runs
+    SET status = 'cancelled', epoch = epoch + 1, lease_owner = NULL, lease_expires_at = NULL,
+        wake_at = NULL, updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id IN (SELECT id FROM tree) AND status NOT IN ('completed', 'failed', 'cancelled')
+    RETURNING thread_id
+),
+comp AS (
+    INSERT INTO outbox (thread_id, key, step, idx, name, payload, status, next_attempt_at,
+                        compensates, created_at)
+    SELECT o.thread_id, o.key || ':compensate', %(comp_step)s, -(o.step * 100000 + o.idx),
+           o.name, o.payload, 'pending', extract(epoch FROM clock_timestamp())::float8, o.key,
+           extract(epoch FROM clock_timestamp())::float8
+    FROM outbox o JOIN c ON o.thread_id = c.thread_id
+    WHERE o.compensates IS NULL AND o.status IN ('pending', 'running', 'done')
+      AND o.name = ANY(%(names)s::text[])
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+),
+wp AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL,
+                    updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id = (SELECT parent_thread_id FROM runs WHERE thread_id = %(thread_id)s)
+      AND status = 'waiting' AND waiting_for = 'join' AND EXISTS (SELECT 1 FROM c)
+    RETURNING version
+),
+woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM wp),
+fx AS MATERIALIZED (SELECT pg_notify('tether_effects', '') WHERE EXISTS (SELECT 1 FROM comp))
+SELECT c.thread_id, (SELECT count(*) FROM woke), (SELECT count(*) FROM fx) FROM c;
+
+-- name: claim_effects
+-- Leases due effects whose handler this worker has; a run's effects go strictly in order:
+-- one is claimable only when no earlier effect of its run is pending or running. SKIP
+-- LOCKED: competing dispatchers take disjoint effects.
+WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
+c AS (
+    SELECT o.thread_id, o.key FROM outbox o, t
+    WHERE o.name = ANY(%(names)s::text[])
+      AND ((o.status = 'pending' AND o.next_attempt_at <= t.now)
+           OR (o.status = 'running' AND o.lease_expires_at < t.now))
+      AND NOT EXISTS (
+          SELECT 1 FROM outbox p
+          WHERE p.thread_id = o.thread_id AND p.status IN ('pending', 'running')
+            AND (p.step < o.step OR (p.step = o.step AND p.idx < o.idx)))
+    ORDER BY o.next_attempt_at
+    LIMIT %(limit)s
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE outbox
+SET status = 'running', lease_owner = %(worker)s,
+    lease_expires_at = (SELECT now FROM t) + %(ttl)s::float8,
+    epoch = epoch + 1, attempts = attempts + 1
+FROM c
+WHERE outbox.thread_id = c.thread_id AND outbox.key = c.key
+RETURNING outbox.thread_id, outbox.key, outbox.step, outbox.idx, outbox.name, outbox.payload,
+          outbox.status, outbox.attempts, outbox.epoch, outbox.next_attempt_at, outbox.result,
+          outbox.error, outbox.compensates, outbox.created_at, outbox.done_at;
+
+-- name: complete_effect
+-- Records an effect done once: only the holder of the current effect epoch may.
+-- One row back = recorded.
+UPDATE outbox
+SET status = 'done', result = %(result)s, error = NULL, lease_owner = NULL,
+    lease_expires_at = NULL, done_at = extract(epoch FROM clock_timestamp())::float8
+WHERE thread_id = %(thread_id)s AND key = %(key)s AND epoch = %(epoch)s AND status = 'running'
+RETURNING 1;
+
+-- name: fail_effect
+-- A failed attempt: back to pending after delay seconds (announced), or dead when delay is
+-- NULL; fenced like complete_effect. One row back = recorded.
+WITH u AS (
+    UPDATE outbox
+    SET status = CASE WHEN %(delay)s::float8 IS NULL THEN 'dead' ELSE 'pending' END,
+        next_attempt_at = extract(epoch FROM clock_timestamp())::float8
+                          + coalesce(%(delay)s::float8, 0),
+        error = %(error)s, lease_owner = NULL, lease_expires_at = NULL
+    WHERE thread_id = %(thread_id)s AND key = %(key)s AND epoch = %(epoch)s
+      AND status = 'running'
+    RETURNING status
+),
+fx AS MATERIALIZED (SELECT pg_notify('tether_effects', '') FROM u WHERE status = 'pending')
+SELECT (SELECT count(*) FROM fx) FROM u;
+
+-- name: get_effect
+SELECT thread_id, key, step, idx, name, payload, status, attempts, epoch, next_attempt_at,
+       result, error, compensates, created_at, done_at
+FROM outbox WHERE thread_id = %(thread_id)s AND key = %(key)s;
+
+-- name: list_effects
+SELECT thread_id, key, step, idx, name, payload, status, attempts, epoch, next_attempt_at,
+       result, error, compensates, created_at, done_at
+FROM outbox
+WHERE (%(thread_id)s::text IS NULL OR thread_id = %(thread_id)s::text)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+ORDER BY created_at, thread_id, step, idx
+LIMIT %(limit)s;
+
+-- name: retry_effect
+-- An operator retries a dead (or failing) effect now, with a fresh attempt budget.
+WITH u AS (
+    UPDATE outbox
+    SET status = 'pending', attempts = 0,
+        next_attempt_at = extract(epoch FROM clock_timestamp())::float8,
+        lease_owner = NULL, lease_expires_at = NULL
+    WHERE key = %(key)s AND (%(thread_id)s::text IS NULL OR thread_id = %(thread_id)s::text)
+      AND status IN ('dead', 'pending')
+    RETURNING thread_id, key, step, idx, name, payload, status, attempts, epoch,
+              next_attempt_at, result, error, compensates, created_at, done_at
+),
+fx AS MATERIALIZED (SELECT pg_notify('tether_effects', '') WHERE EXISTS (SELECT 1 FROM u))
+SELECT u.*, (SELECT count(*) FROM fx) FROM u;

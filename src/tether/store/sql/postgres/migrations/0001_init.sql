@@ -80,7 +80,7 @@ CREATE TABLE outbox (
     thread_id        TEXT NOT NULL,
     key              TEXT NOT NULL,
     step             BIGINT NOT NULL,
-    idx              INTEGER NOT NULL,
+    idx              BIGINT NOT NULL,             -- a compensation's is -(step * 100000 + idx)
     name             TEXT NOT NULL,
     payload          BYTEA NOT NULL,
     status           TEXT NOT NULL,           -- pending|running|done|dead

@@ -1,0 +1,1 @@
+"""`tether demo`: the lesson's scenarios, end to end, on embedded SQLite."""
