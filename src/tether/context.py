@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import serde
 from .errors import DefinitionError, DuplicateEffectKey, NondeterminismError, RunNotFound
@@ -112,7 +112,13 @@ class Context:
     def __repr__(self) -> str:
         return f"Context(thread_id={self.thread_id!r}, step={self.step}, node={self.node!r})"
 
-    async def call(self, fn: Callable[..., Awaitable[T] | T], *args: Any, **kwargs: Any) -> T:
+    @overload
+    async def call(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T: ...
+
+    @overload
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call `fn(*args, **kwargs)` (sync or async) once per step, durably.
 
         The JSON-serializable result is journaled before it is returned; on re-execution of
@@ -122,16 +128,14 @@ class Context:
         name = callable_name(fn)
         idx, rec = self._next(name)
         if rec is not None:
-            result: T = serde.loads(rec.result)
-            return result
+            return serde.loads(rec.result)
         value = fn(*args, **kwargs)
         if inspect.isawaitable(value):
             value = await value
         data = serde.dumps(value, f"result of call #{idx} to {name}")
         await self._store.record_call(self._lease, self.step, idx, name, data)
         # Return the decoded record so the first execution sees exactly what a replay sees.
-        replayed: T = serde.loads(data)
-        return replayed
+        return serde.loads(data)
 
     def interrupt(self, payload: Any = None) -> Any:
         """Ask a person for input. The first time this is reached the run parks as `waiting`

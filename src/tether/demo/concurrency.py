@@ -59,9 +59,11 @@ def run(kind: str, n: int) -> dict[str, float | int | str]:
         raise SystemExit(f"unknown variant {kind!r}: use asyncio or threads")
     wall = time.perf_counter() - t0
     peak = _status_kib("VmHWM")
-    return {"virtual_peak_mib": round(_status_kib("VmPeak") / 1024, 1),"variant": kind, "n": n, "wall_s": round(wall, 3), "ideal_s": round(max(delays), 3),
+    return {"variant": kind, "n": n, "wall_s": round(wall, 3), "ideal_s": round(max(delays), 3),
+            "virtual_peak_mib": round(_status_kib("VmPeak") / 1024, 1),
             "baseline_rss_mib": round(baseline / 1024, 1), "peak_rss_mib": round(peak / 1024, 1),
-            "max_alive": alive, "kib_per_call": round(max(0, peak - baseline) / max(1, alive), 2)}
+            "max_alive": alive,
+            "kib_per_call": round(max(0, peak - baseline) / max(1, alive), 2)}
 
 
 if __name__ == "__main__":

@@ -115,7 +115,8 @@ async def part_crash(box: Sandbox, progress: Progress) -> Outcome:
             _stop(b)
         recovered = time.monotonic() - killed_at
         calls = Counter(box.lines(box.calls))
-        dup_steps, workers_seen, statuses = 0, set(), Counter()
+        dup_steps, workers_seen = 0, set[str]()
+        statuses: Counter[str] = Counter()
         for t in ids:
             cps = await rt.checkpoints(t)
             dup_steps += len(cps) - len({c.step for c in cps})
