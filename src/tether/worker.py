@@ -80,7 +80,7 @@ class Worker:
         self.steps_committed = 0
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._leases: dict[str, Lease] = {}
-        self._abandoned: set[str] = set()
+        self._abandoned: set[Lease] = set()
         self._orphans: dict[str, Lease] = {}
         self._stopping = False
         self.dispatcher = Dispatcher(
@@ -101,8 +101,9 @@ class Worker:
     def cancel_local(self, thread_id: str) -> None:
         """Abandon a run this worker is driving (cancelled or lease lost)."""
         task = self._tasks.get(thread_id)
-        if task is not None and not task.done():
-            self._abandoned.add(thread_id)
+        lease = self._leases.get(thread_id)
+        if task is not None and not task.done() and lease is not None:
+            self._abandoned.add(lease)
             task.cancel()
 
     @property
@@ -153,8 +154,12 @@ class Worker:
                     if self._stopping:
                         self._orphans[rec.thread_id] = Lease(rec.thread_id, self.id, rec.epoch)
                         continue
-                    self._leases[rec.thread_id] = Lease(rec.thread_id, self.id, rec.epoch)
-                    self._tasks[rec.thread_id] = tg.create_task(self._drive(rec))
+                    # Our own lease expired (a blocked loop) and we re-claimed the run: the old
+                    # task's epoch is stale, so abandon it before the new one takes its place.
+                    self.cancel_local(rec.thread_id)
+                    lease = Lease(rec.thread_id, self.id, rec.epoch)
+                    self._leases[rec.thread_id] = lease
+                    self._tasks[rec.thread_id] = tg.create_task(self._drive(rec, lease))
                 if len(claimed) == want:
                     await asyncio.sleep(0)
                     continue
@@ -210,15 +215,15 @@ class Worker:
 
     # -- one run ---------------------------------------------------------------------------
 
-    async def _drive(self, rec: RunRecord) -> None:
+    async def _drive(self, rec: RunRecord, lease: Lease) -> None:
         thread_id = rec.thread_id
-        lease = self._leases[thread_id]
         try:
             await self._execute(rec, lease)
         except asyncio.CancelledError:
-            if thread_id not in self._abandoned:
-                self._orphans[thread_id] = lease
-                raise
+            if lease in self._abandoned or self._leases.get(thread_id) is not lease:
+                return  # cancelled run, lost lease, or superseded by a newer claim of ours
+            self._orphans[thread_id] = lease
+            raise
         except LeaseLost as exc:
             log.info("%s", exc)
         except Exception:
@@ -226,10 +231,17 @@ class Worker:
             log.exception("run %s: step aborted; the run is released for retry", thread_id)
             self._orphans[thread_id] = lease
         finally:
-            self._tasks.pop(thread_id, None)
-            self._leases.pop(thread_id, None)
-            self._abandoned.discard(thread_id)
+            # Only clear the entries if they are still ours (a re-claim may have replaced them).
+            self._abandoned.discard(lease)
+            if self._leases.get(thread_id, lease) is lease:
+                self._tasks.pop(thread_id, None)
+                self._forget(lease)
             self.store.work_available.set()
+
+    def _forget(self, lease: Lease) -> None:
+        """Stop tracking a lease that was released, parked or finished (if still current)."""
+        if self._leases.get(lease.thread_id) is lease:
+            del self._leases[lease.thread_id]
 
     async def _execute(self, rec: RunRecord, lease: Lease) -> None:
         runtime, store = self.runtime, self.store
@@ -262,7 +274,7 @@ class Worker:
                     cmd = await node.fn(dict(state), ctx)
                 except Suspend as suspend:
                     await store.park_run(lease, suspend.park)
-                    self._leases.pop(rec.thread_id, None)
+                    self._forget(lease)
                     park = suspend.park
                     if park.kind == "interrupt":
                         runtime.emit(rec.thread_id, {
@@ -317,7 +329,7 @@ class Worker:
             if parks:
                 runtime.emit(rec.thread_id, {"type": "idle", "step": step})
             if status != "running":
-                self._leases.pop(rec.thread_id, None)
+                self._forget(lease)
                 if status == "completed":
                     runtime.emit(rec.thread_id, {"type": "completed", "step": step})
                     runtime.notify_finished(rec.thread_id)
@@ -340,7 +352,7 @@ class Worker:
                         node_name, exc)
             await self.store.fail_step(lease, failures=failures, wake_at=None, error=error,
                                        final=True, compensate=self.runtime.compensable)
-            self._leases.pop(lease.thread_id, None)
+            self._forget(lease)
             self.runtime.emit(lease.thread_id, {"type": "failed", "category": category.value,
                                                 "error": f"{type(exc).__name__}: {exc}"})
             self.runtime.notify_finished(lease.thread_id)
@@ -350,7 +362,7 @@ class Worker:
         wake_at = await self.store.now() + delay
         await self.store.fail_step(lease, failures=failures, wake_at=wake_at, error=error,
                                    final=False)
-        self._leases.pop(lease.thread_id, None)
+        self._forget(lease)
 
 
 def _check_command(agent: Agent, node_name: str | None, cmd: Any) -> str | None:

@@ -396,12 +396,11 @@ def create_app(
     )
     async def follow_run(thread_id: ThreadId) -> EventStream:
         """Follow the run: an initial `status` event, then its events until it is finished."""
-        await runtime.get(thread_id)  # 404 before the stream starts
+        rec = await runtime.store.get_run(thread_id)
+        if rec is None:  # a 404 before the stream starts
+            raise RunNotFound(f"no run with thread_id {thread_id!r}")
 
         async def frames() -> AsyncIterator[bytes]:
-            rec = await runtime.store.get_run(thread_id)
-            if rec is None:
-                return
             async for ev in run_events(runtime, rec, poll=events_poll,
                                        draining=lambda: app.state.draining):
                 yield encode(ev)

@@ -62,6 +62,10 @@ class _Tracker:
             self.status = "queued"
         elif kind in TERMINAL:
             self.status = str(kind)
+        elif kind == "idle":  # an actor run waits for mail
+            self.status = "waiting"
+        elif kind == "processing":
+            self.status = "running"
         return ev
 
     async def initial(self, runtime: Runtime, rec: RunRecord) -> list[Event]:

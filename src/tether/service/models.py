@@ -32,7 +32,7 @@ def _json_int(value: Any) -> Any:
     return value
 
 
-Step = Annotated[int, BeforeValidator(_json_int), Field(ge=0, le=10**15)]
+Step = Annotated[int, Field(ge=0, le=10**15), BeforeValidator(_json_int)]
 """Below 2**53, so that JSON tools that read numbers as doubles see the exact bound."""
 
 
@@ -173,8 +173,8 @@ class InterruptList(BaseModel):
     interrupts: list[InterruptOut]
 
 
-EVENT_TYPES = ("status", "step", "interrupted", "resumed", "sleeping", "stream", "completed",
-               "failed", "cancelled")
+EVENT_TYPES = ("status", "step", "interrupted", "resumed", "sleeping", "stream", "processing",
+               "response", "idle", "completed", "failed", "cancelled")
 
 
 class RunEvent(BaseModel):

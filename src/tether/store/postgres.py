@@ -2,22 +2,29 @@
 
 Connections: a psycopg 3 async pool (autocommit) for everything but step writes; one pooled
 connection kept by the writer for commit_step and record_call; one dedicated connection
-LISTENing on `tether_work`. Every operation is one SQL statement, one round trip, except the
-rare retries below.
+LISTENing on `tether_work` and `tether_effects`. Most operations are one SQL statement.
 
-Group commit: commit_step and record_call are fenced writes on the one writer connection. A
-write that finds the writer idle runs at once, in the caller's task, as one autocommit
-statement (the sequential case pays nothing for batching). Writes arriving while it is busy
-queue up; the committer task sends each queue-full as one transaction in pipeline mode (one
-round trip and one WAL flush for the lot; runs of the same statement go as one executemany).
-Each write is fenced on its own (a stale epoch matches no row; it does not raise), so a lost
-lease never affects its batch-mates; if the transaction raises, its writes are retried one by
-one so only the culprit fails. A batch locks run rows in thread_id order, as renew_leases and
-release_runs do, so none of them can deadlock with another.
+Group commit: plain step commits and journal writes are fenced single statements on the
+writer connection. One that finds the writer idle runs at once, in the caller's task (the
+sequential case pays nothing for batching). Writes arriving while it is busy queue up; the
+committer task sends each queue-full as one transaction in pipeline mode (one round trip and
+one WAL flush for the lot; runs of the same statement go as one executemany). Each write is
+fenced on its own (a stale epoch matches no row; it does not raise), so a lost lease never
+affects its batch-mates; if the transaction raises, its writes are retried one by one so only
+the culprit fails.
 
-Wake-ups: a write that makes a run claimable calls pg_notify in its own statement; the
-listener turns notifications into `work_available`, at most one wake-up per debounce window,
-and reconnects with backoff when its connection dies (workers poll as well).
+Multi-statement writes (steps that send mail, record effects or finish, parks into join,
+cancels, final failures) run in a transaction on a pooled connection that first locks every
+run row it will touch (lock_runs, lock_tree), and only then reads them for a decision: in READ
+COMMITTED a conditional UPDATE skips a row whose change it cannot see yet, so without the
+lock a park and the wake-up meant for it could miss each other. All multi-row locks are taken
+in thread_id order (group commits too) so they cannot deadlock one another; a deadlock with
+anything else rolls the transaction back whole and it is retried.
+
+Wake-ups: a write that makes a run claimable (or an effect due) calls pg_notify in the same
+transaction; the listener turns notifications into `work_available` / `effects_available`, at
+most one wake-up per debounce window, and reconnects with backoff when its connection dies
+(workers poll as well).
 
 Durability: `synchronous_commit=on` is set on every connection: a commit acknowledged to a
 worker has been flushed to the WAL.
@@ -568,6 +575,8 @@ class PostgresStore:
         params["e_payloads"] = [e.payload for e in effects]
         params["e_statuses"] = ["pending" if e.apply is None else "done" for e in effects]
         applied = [e for e in effects if e.apply is not None]
+        if len(set(params["e_keys"])) < len(effects):
+            raise DuplicateEffectKey(f"run {tid!r}: an effect key is used twice in one step")
         direct = sorted({m.recipient for m in commit.messages if m.recipient is not None})
         groups = sorted({m.group for m in commit.messages
                          if m.recipient is None and m.group is not None})
@@ -940,9 +949,16 @@ class PostgresStore:
             conn = self._commit_conn
             assert conn is not None
             curs = [conn.cursor() for _ in groups]
-            async with conn.pipeline(), conn.transaction():
-                for cur, (query, params_seq) in zip(curs, groups, strict=True):
-                    await cur.executemany(query, params_seq, returning=True)
+            failure: psycopg.Error | None = None
+            async with conn.pipeline():
+                try:
+                    async with conn.transaction():
+                        for cur, (query, params_seq) in zip(curs, groups, strict=True):
+                            await cur.executemany(query, params_seq, returning=True)
+                except psycopg.Error as exc:  # raised past the pipeline, which stays usable
+                    failure = exc
+            if failure is not None:
+                raise failure
             fenced: list[bool] = []
             for cur in curs:
                 fenced.append(cur.rowcount > 0)

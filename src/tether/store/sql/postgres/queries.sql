@@ -1,5 +1,6 @@
 -- Named queries for the Postgres store (psycopg placeholders; no percent sign anywhere else).
--- NOW is the database clock in Unix seconds: extract(epoch FROM clock_timestamp())::float8.
+-- NOW is the database clock in Unix seconds: extract(epoch FROM clock_timestamp())::float8;
+-- a statement writing many rows reads it once (CTE t), so they share one time, as on SQLite.
 -- Every write that makes a run claimable calls pg_notify('tether_work', version) in its own
 -- statement, so the wake-up is delivered exactly when (and only if) the write commits.
 -- Run rows are returned with the columns of RunRecord, in its order.
@@ -188,7 +189,8 @@ RETURNING 1;
 -- commit_step that also spawns children (queued, ignored if they already exist) and
 -- announces them, and the run itself when it is released as queued; all in one statement,
 -- children only if the fenced update matched. One row back = committed.
-WITH u AS (
+WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
+u AS (
     UPDATE runs
     SET step = %(step)s, node = %(next_node)s, status = %(status)s,
         attempt = CASE WHEN %(status)s = 'running' THEN 1 ELSE 0 END, failures = 0,
@@ -213,9 +215,8 @@ k AS (
                       created_at, updated_at)
     SELECT x.thread_id, x.agent, x.version, 'queued', x.node, x.input, x.input_hash,
            x.idempotency_key, x.parent_thread_id, x.forked_from, x.forked_step,
-           extract(epoch FROM clock_timestamp())::float8,
-           extract(epoch FROM clock_timestamp())::float8
-    FROM u, unnest(%(c_thread_id)s::text[], %(c_agent)s::text[], %(c_version)s::text[],
+           t.now, t.now
+    FROM u, t, unnest(%(c_thread_id)s::text[], %(c_agent)s::text[], %(c_version)s::text[],
                    %(c_node)s::text[], %(c_input)s::bytea[], %(c_input_hash)s::text[],
                    %(c_idempotency_key)s::text[], %(c_parent_thread_id)s::text[],
                    %(c_forked_from)s::text[], %(c_forked_step)s::bigint[])
@@ -232,7 +233,8 @@ SELECT (SELECT count(*) FROM woke) FROM c;
 
 -- name: fail_step
 -- Records a failed attempt, fenced: final -> failed with the error; else queued until
--- wake_at, and announced. One row back = recorded; none = lease lost.
+-- wake_at, and announced. One row back = recorded; none = lease lost. (The store sends final
+-- failures through fail_step_final, which also compensates and wakes a parent.)
 WITH u AS (
     UPDATE runs
     SET status = CASE WHEN %(final)s THEN 'failed' ELSE 'queued' END,
@@ -246,16 +248,6 @@ WITH u AS (
 ),
 woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM u WHERE NOT %(final)s)
 SELECT (SELECT count(*) FROM woke) FROM u;
-
--- name: cancel_run
--- Cancels a live run at once; the epoch bump fences out a worker still running it.
-UPDATE runs
-SET status = 'cancelled', epoch = epoch + 1, lease_owner = NULL, lease_expires_at = NULL,
-    wake_at = NULL, updated_at = extract(epoch FROM clock_timestamp())::float8
-WHERE thread_id = %(thread_id)s AND status NOT IN ('completed', 'failed', 'cancelled')
-RETURNING thread_id, agent, version, status, node, step, attempt, failures, input, input_hash,
-          idempotency_key, lease_owner, lease_expires_at, epoch, wake_at, waiting_for, error,
-          parent_thread_id, forked_from, forked_step, created_at, updated_at;
 
 -- name: load_checkpoints
 -- The latest snapshot at or before upto and every later step up to upto, from one snapshot
@@ -295,7 +287,8 @@ SELECT key FROM outbox WHERE thread_id = %(thread_id)s AND key = ANY(%(keys)s::t
 -- first (lock_runs): the fenced update and checkpoint, then, only if the fence held,
 -- children, group memberships, consumed mail, sent mail and effects (transactional ones
 -- already done). One row back = committed.
-WITH u AS (
+WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
+u AS (
     UPDATE runs
     SET step = %(step)s, node = %(next_node)s, status = %(status)s,
         attempt = CASE WHEN %(status)s = 'running' THEN 1 ELSE 0 END, failures = 0,
@@ -320,9 +313,8 @@ k AS (
                       created_at, updated_at)
     SELECT x.thread_id, x.agent, x.version, 'queued', x.node, x.input, x.input_hash,
            x.idempotency_key, x.parent_thread_id, x.forked_from, x.forked_step,
-           extract(epoch FROM clock_timestamp())::float8,
-           extract(epoch FROM clock_timestamp())::float8
-    FROM u, unnest(%(c_thread_id)s::text[], %(c_agent)s::text[], %(c_version)s::text[],
+           t.now, t.now
+    FROM u, t, unnest(%(c_thread_id)s::text[], %(c_agent)s::text[], %(c_version)s::text[],
                    %(c_node)s::text[], %(c_input)s::bytea[], %(c_input_hash)s::text[],
                    %(c_idempotency_key)s::text[], %(c_parent_thread_id)s::text[],
                    %(c_forked_from)s::text[], %(c_forked_step)s::bigint[])
@@ -332,8 +324,8 @@ k AS (
 ),
 g AS (
     INSERT INTO group_members (group_name, thread_id, role, joined_at)
-    SELECT x.group_name, u.thread_id, x.role, extract(epoch FROM clock_timestamp())::float8
-    FROM u, unnest(%(g_names)s::text[], %(g_roles)s::text[]) AS x(group_name, role)
+    SELECT x.group_name, u.thread_id, x.role, t.now
+    FROM u, t, unnest(%(g_names)s::text[], %(g_roles)s::text[]) AS x(group_name, role)
     ON CONFLICT (group_name, thread_id) DO UPDATE SET role = excluded.role
 ),
 cm AS (
@@ -343,20 +335,20 @@ cm AS (
 ),
 sm AS (
     INSERT INTO mailbox (thread_id, sender, message, created_at)
-    SELECT x.recipient, u.thread_id, x.message, extract(epoch FROM clock_timestamp())::float8
-    FROM u, unnest(%(m_recipients)s::text[], %(m_messages)s::bytea[]) WITH ORDINALITY
+    SELECT x.recipient, u.thread_id, x.message, t.now
+    FROM u, t, unnest(%(m_recipients)s::text[], %(m_messages)s::bytea[]) WITH ORDINALITY
          AS x(recipient, message, n)
     ORDER BY x.n
 ),
 e AS (
     INSERT INTO outbox (thread_id, key, step, idx, name, payload, status, next_attempt_at,
                         compensates, created_at)
-    SELECT u.thread_id, x.key, %(step)s, x.idx, x.name, x.payload, x.status,
-           extract(epoch FROM clock_timestamp())::float8, NULL,
-           extract(epoch FROM clock_timestamp())::float8
-    FROM u, unnest(%(e_keys)s::text[], %(e_idxs)s::bigint[], %(e_names)s::text[],
+    SELECT u.thread_id, x.key, %(step)s, x.idx, x.name, x.payload, x.status, t.now, NULL,
+           t.now
+    FROM u, t, unnest(%(e_keys)s::text[], %(e_idxs)s::bigint[], %(e_names)s::text[],
                    %(e_payloads)s::bytea[], %(e_statuses)s::text[])
          AS x(key, idx, name, payload, status)
+    ON CONFLICT DO NOTHING  -- a used key: effect_keys_taken reports it, the caller rolls back
 )
 SELECT 1 FROM c;
 
@@ -400,7 +392,8 @@ SELECT (SELECT count(*) FROM woke), (SELECT count(*) FROM fx);
 -- run fails with the error, compensations are queued for its effects named in names, and a
 -- parent parked in join is woken (after the lock, so a concurrent park cannot miss it).
 -- One row back = recorded.
-WITH u AS (
+WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
+u AS (
     UPDATE runs
     SET status = 'failed', node = NULL, failures = %(failures)s, wake_at = %(wake_at)s::float8,
         error = %(error)s::bytea, lease_owner = NULL, lease_expires_at = NULL,
@@ -412,9 +405,8 @@ comp AS (
     INSERT INTO outbox (thread_id, key, step, idx, name, payload, status, next_attempt_at,
                         compensates, created_at)
     SELECT o.thread_id, o.key || ':compensate', %(comp_step)s, -(o.step * 100000 + o.idx),
-           o.name, o.payload, 'pending', extract(epoch FROM clock_timestamp())::float8, o.key,
-           extract(epoch FROM clock_timestamp())::float8
-    FROM outbox o JOIN u ON o.thread_id = u.thread_id
+           o.name, o.payload, 'pending', t.now, o.key, t.now
+    FROM t, outbox o JOIN u ON o.thread_id = u.thread_id
     WHERE o.compensates IS NULL AND o.status IN ('pending', 'running', 'done')
       AND o.name = ANY(%(names)s::text[])
     ON CONFLICT DO NOTHING
@@ -472,7 +464,8 @@ ORDER BY group_name, thread_id;
 -- fenced by the epoch; the lease is released: a parked run holds no worker. In the same
 -- statement: the children it spawns, and the pending interrupt or the journaled timer.
 -- One row back = parked.
-WITH u AS (
+WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
+u AS (
     UPDATE runs
     SET status = %(status)s, waiting_for = %(waiting_for)s,
         wake_at = extract(epoch FROM clock_timestamp())::float8 + %(seconds)s::float8,
@@ -487,9 +480,8 @@ k AS (
                       created_at, updated_at)
     SELECT x.thread_id, x.agent, x.version, 'queued', x.node, x.input, x.input_hash,
            x.idempotency_key, x.parent_thread_id, x.forked_from, x.forked_step,
-           extract(epoch FROM clock_timestamp())::float8,
-           extract(epoch FROM clock_timestamp())::float8
-    FROM u, unnest(%(c_thread_id)s::text[], %(c_agent)s::text[], %(c_version)s::text[],
+           t.now, t.now
+    FROM u, t, unnest(%(c_thread_id)s::text[], %(c_agent)s::text[], %(c_version)s::text[],
                    %(c_node)s::text[], %(c_input)s::bytea[], %(c_input_hash)s::text[],
                    %(c_idempotency_key)s::text[], %(c_parent_thread_id)s::text[],
                    %(c_forked_from)s::text[], %(c_forked_step)s::bigint[])
@@ -583,7 +575,8 @@ FOR NO KEY UPDATE;
 -- Cancels a run and all its descendants at once (epoch bumps fence out their holders),
 -- queues compensations for their effects named in names, and wakes the run's parent if it
 -- is parked in join. Returns the cancelled thread_ids.
-WITH RECURSIVE tree(id) AS (
+WITH RECURSIVE t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
+tree(id) AS (
     SELECT %(thread_id)s::text
     UNION
     SELECT r.thread_id FROM runs r JOIN tree ON r.parent_thread_id = tree.id
@@ -591,7 +584,7 @@ WITH RECURSIVE tree(id) AS (
 c AS (
     UPDATE runs
     SET status = 'cancelled', epoch = epoch + 1, lease_owner = NULL, lease_expires_at = NULL,
-        wake_at = NULL, updated_at = extract(epoch FROM clock_timestamp())::float8
+        wake_at = NULL, updated_at = (SELECT now FROM t)
     WHERE thread_id IN (SELECT id FROM tree) AND status NOT IN ('completed', 'failed', 'cancelled')
     RETURNING thread_id
 ),
@@ -599,9 +592,8 @@ comp AS (
     INSERT INTO outbox (thread_id, key, step, idx, name, payload, status, next_attempt_at,
                         compensates, created_at)
     SELECT o.thread_id, o.key || ':compensate', %(comp_step)s, -(o.step * 100000 + o.idx),
-           o.name, o.payload, 'pending', extract(epoch FROM clock_timestamp())::float8, o.key,
-           extract(epoch FROM clock_timestamp())::float8
-    FROM outbox o JOIN c ON o.thread_id = c.thread_id
+           o.name, o.payload, 'pending', t.now, o.key, t.now
+    FROM t, outbox o JOIN c ON o.thread_id = c.thread_id
     WHERE o.compensates IS NULL AND o.status IN ('pending', 'running', 'done')
       AND o.name = ANY(%(names)s::text[])
     ON CONFLICT DO NOTHING
