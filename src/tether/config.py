@@ -54,15 +54,19 @@ def default_db() -> str:
 
 
 def redact(url: str) -> str:
-    """The URL with any password replaced by ***."""
-    from urllib.parse import urlsplit, urlunsplit
+    """The URL with its password (in the userinfo or a `password=` parameter) masked."""
+    from urllib.parse import urlsplit
 
     try:
         parts = urlsplit(url)
     except ValueError:
         return "<malformed URL>"
-    if parts.password is None:
+    userinfo, at, hostinfo = parts.netloc.rpartition("@")
+    netloc = f"{userinfo.split(':', 1)[0]}:***@{hostinfo}" if at and ":" in userinfo else parts.netloc
+    query = "&".join(
+        "password=***" if item.split("=", 1)[0].lower() == "password" else item
+        for item in parts.query.split("&")
+    ) if parts.query else ""
+    if netloc == parts.netloc and query == parts.query:
         return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = (parts.username or "") + ":***"
-    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
+    return parts._replace(netloc=netloc, query=query).geturl()

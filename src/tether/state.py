@@ -17,31 +17,28 @@ from .errors import SerializationError
 State = dict[str, Any]
 
 
-def merge(state: State, update: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Merge `update` into `state` in place, key by key; returns the delta to store."""
-    sets: dict[str, Any] = {}
-    appends: dict[str, list[Any]] = {}
+def delta_of(state: State, update: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The delta an update makes to `state` (which is not changed): {"s": sets, "a": appends}.
+    Raises SerializationError for a non-dict update, a non-str key, or an append to a key
+    that holds something other than a list."""
     if not update:
         return {}
     if not isinstance(update, Mapping):
         raise SerializationError(f"an update must be a dict, got {type(update).__name__!r}")
+    sets: dict[str, Any] = {}
+    appends: dict[str, list[Any]] = {}
     for key, value in update.items():
         if not isinstance(key, str):
-            raise SerializationError(f"update key {key!r} is a {type(key).__name__}; keys must be str")
+            raise SerializationError(
+                f"update key {key!r} is a {type(key).__name__}; keys must be str")
         if isinstance(value, Append):
-            items = list(value.items)
             cur = state.get(key)
-            if cur is None:
-                state[key] = items[:]
-            elif isinstance(cur, list):
-                cur.extend(items)
-            else:
+            if cur is not None and not isinstance(cur, list):
                 raise SerializationError(
-                    f"append() to state key {key!r}, which holds a {type(cur).__name__}, not a list"
-                )
-            appends[key] = items
+                    f"append() to state key {key!r}, which holds a {type(cur).__name__}, "
+                    "not a list")
+            appends[key] = list(value.items)
         else:
-            state[key] = value
             sets[key] = value
     delta: dict[str, Any] = {}
     if sets:
@@ -51,12 +48,37 @@ def merge(state: State, update: Mapping[str, Any] | None) -> dict[str, Any]:
     return delta
 
 
-def encode_delta(delta: Mapping[str, Any], node: str) -> bytes:
+def encode_delta(delta: Mapping[str, Any], node: str) -> tuple[bytes, dict[str, Any]]:
+    """(stored bytes, the delta as a replay will read it)."""
     try:
-        return serde.dumps(delta, "update")
+        data, decoded = serde.encode(delta, "update")
+        return data, decoded
     except SerializationError:
-        plain = {**delta.get("s", {}), **delta.get("a", {})}
-        return serde.dumps(plain, f"update from node {node!r}: key")
+        pass
+    # Name the key as the user wrote it, not the delta's internal layout.
+    plain = {**delta.get("s", {}), **delta.get("a", {})}
+    serde.dumps(plain, f"update from node {node!r}, key")
+    raise SerializationError(f"update from node {node!r} is not serializable")
+
+
+def merge(state: State, update: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Merge `update` into `state` in place, key by key, as a replay would see it; returns
+    the (decoded) delta."""
+    delta = delta_of(state, update)
+    if delta:
+        _, delta = serde.encode(delta, "update")
+        apply_delta(state, delta)
+    return delta
+
+
+def apply_delta(state: State, delta: Mapping[str, Any]) -> State:
+    for key, v in delta.get("s", {}).items():
+        state[key] = v
+    for key, items in delta.get("a", {}).items():
+        cur = state.get(key)
+        # A new list, not extend(): a node may still hold the old one (it got a shallow copy).
+        state[key] = cur + items if isinstance(cur, list) else list(items)
+    return state
 
 
 def apply(state: State, kind: str, data: bytes) -> State:
@@ -64,15 +86,7 @@ def apply(state: State, kind: str, data: bytes) -> State:
     value = serde.loads(data)
     if kind == "s":
         return dict(value)
-    for key, v in value.get("s", {}).items():
-        state[key] = v
-    for key, items in value.get("a", {}).items():
-        cur = state.get(key)
-        if isinstance(cur, list):
-            cur.extend(items)
-        else:
-            state[key] = list(items)
-    return state
+    return apply_delta(state, value)
 
 
 def replay(base: bytes, rows: Iterable[tuple[str, bytes]]) -> State:

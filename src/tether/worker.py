@@ -30,7 +30,7 @@ from .errors import (
 )
 from .outbox import Dispatcher
 from .retry import FailureCategory
-from .state import encode_delta, merge, replay
+from .state import apply_delta, delta_of, encode_delta, replay
 from .store.base import Lease, RunRecord, StepCommit
 
 if TYPE_CHECKING:
@@ -287,12 +287,15 @@ class Worker:
                     return
                 next_node = _check_command(agent, node_name, cmd)
                 parks = cmd.kind == "receive"
-                delta = merge(state, cmd.update)
+                delta = delta_of(state, cmd.update)
+                data, decoded = encode_delta(delta, node_name)
+                # The next step sees exactly what a replay from the log would see.
+                apply_delta(state, decoded)
+                kind = "d"
                 if since_snapshot + 1 >= snapshot_every:
                     kind, data = "s", serde.dumps(state, "state")
                     since_snapshot = 0
                 else:
-                    kind, data = "d", encode_delta(delta, node_name)
                     since_snapshot += 1
             except (LeaseLost, StoreError):
                 raise

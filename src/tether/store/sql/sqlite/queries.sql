@@ -56,8 +56,9 @@ WHERE lease_owner = :worker AND status = 'running'
 RETURNING thread_id;
 
 -- name: release_run
--- Gives a run back for any worker to claim at once; only the current epoch may.
-UPDATE runs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, attempt = 0,
+-- Gives a run back for any worker to claim at once; only the current epoch may. The attempt
+-- count stays: the step was begun, and the next claim counts the next attempt.
+UPDATE runs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL,
                 updated_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running';
 
@@ -95,7 +96,6 @@ SET status = CASE WHEN :final THEN 'failed' ELSE 'queued' END,
     node = CASE WHEN :final THEN NULL ELSE node END,
     failures = :failures, wake_at = :wake_at, error = :error,
     lease_owner = NULL, lease_expires_at = NULL,
-    attempt = CASE WHEN :final THEN attempt ELSE 0 END,
     updated_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running';
 
