@@ -29,8 +29,12 @@ from tether.store.base import (
 V = "v1"
 AGENTS = ("a",)
 LONG = 30.0  # a lease TTL no test outlives
-SHORT = 0.2  # a lease TTL tests wait out
+SHORT = 0.2  # a lease TTL tests wait out (they only look after it ran out)
 WAIT = SHORT + 0.15
+# A lease TTL or wake_at delay that tests observe both before and after it runs out: long
+# enough for a few statements on a loaded machine.
+SOON = 0.6
+LATER = SOON + 0.15
 
 
 def new_run(
@@ -103,6 +107,7 @@ async def started(store: Store, n: int = 1, **kw: object) -> list[RunRecord]:
 async def claim_one(
     store: Store, run: RunRecord, worker: str = "w1", ttl: float = LONG
 ) -> RunRecord:
+    """Claims `run`, which must be the only claimable run."""
     claimed = await store.claim_runs(worker, V, AGENTS, 10, ttl)
     assert [r.thread_id for r in claimed] == [run.thread_id]
     return claimed[0]
@@ -225,6 +230,28 @@ async def test_create_run_concurrent_same_key_creates_one_run(store: Store) -> N
     assert len(await store.list_runs()) == 1
 
 
+async def test_create_run_same_key_from_two_stores_creates_one_run(
+    store: Store, db_url: str, store_for: Callable[[str], Store]
+) -> None:
+    """Two processes starting the same request race on separate connections."""
+    other = store_for(db_url)
+    await other.open()
+    try:
+        for i in range(10):
+            results = await asyncio.gather(
+                store.create_run(new_run(f"a{i}", key=f"k{i}")),
+                other.create_run(new_run(f"b{i}", key=f"k{i}")),
+            )
+            assert sorted(created for _, created in results) == [False, True]
+            assert results[0][0].thread_id == results[1][0].thread_id
+            both = await asyncio.gather(
+                store.create_run(new_run(f"t{i}")), other.create_run(new_run(f"t{i}"))
+            )
+            assert sorted(created for _, created in both) == [False, True]
+    finally:
+        await other.close()
+
+
 async def test_create_run_signals_work_available(store: Store) -> None:
     store.work_available.clear()
     await store.create_run(new_run())
@@ -278,9 +305,11 @@ async def test_list_runs_cursor_pages_without_gaps_or_duplicates(store: Store) -
     kids = [new_run(f"kid-{i}", parent=parent.thread_id) for i in range(5)]
     await store.commit_step(step_commit(lease_of(running), 1, "waiting", children=kids))
     await started(store, 3, agent="x")
+    # Runs created together (one group commit on SQLite) may share created_at too.
+    await asyncio.gather(*(store.create_run(new_run(f"burst-{i}", agent="x")) for i in range(8)))
 
     everything = await store.list_runs(limit=1000)
-    assert len(everything) == 13
+    assert len(everything) == 21
     assert [_order_key(r) for r in everything] == sorted(
         (_order_key(r) for r in everything), reverse=True
     )
@@ -395,26 +424,38 @@ async def test_claim_skips_waiting_and_terminal_runs(store: Store) -> None:
 async def test_claim_respects_wake_at_of_a_sleeping_run(store: Store) -> None:
     (run,) = await started(store)
     held = await claim_one(store, run)
-    wake = await store.now() + 0.3
+    wake = await store.now() + SOON
     await store.commit_step(step_commit(lease_of(held), 1, "sleeping", wake_at=wake))
     slept = await store.get_run(run.thread_id)
     assert slept is not None and slept.status == "sleeping" and slept.wake_at == wake
     assert_unleased(slept)
     assert await claimable(store) == set()
-    await asyncio.sleep(0.4)
+    await asyncio.sleep(LATER)
     woke = await claim_one(store, run, "w2")
     assert woke.status == "running" and woke.epoch == held.epoch + 1
 
 
-async def test_concurrent_claims_never_hand_a_run_to_two_workers(store: Store) -> None:
-    runs = await started(store, 12)
-    batches = await asyncio.gather(
-        *(store.claim_runs(f"w{i}", V, AGENTS, 3, LONG) for i in range(8))
-    )
-    ids = [r.thread_id for batch in batches for r in batch]
-    assert len(ids) == len(set(ids)) == len(runs)
+async def test_concurrent_claims_never_hand_a_run_to_two_workers(
+    store: Store, db_url: str, store_for: Callable[[str], Store]
+) -> None:
+    other = store_for(db_url)  # a second process's store
+    await other.open()
+    try:
+        runs = await started(store, 12)
+        batches = await asyncio.gather(
+            *((store, other)[i % 2].claim_runs(f"w{i}", V, AGENTS, 3, LONG) for i in range(8))
+        )
+    finally:
+        await other.close()
     for i, batch in enumerate(batches):
-        assert all(r.lease_owner == f"w{i}" for r in batch)
+        assert len(batch) <= 3
+        assert all(r.lease_owner == f"w{i}" and r.epoch == 1 for r in batch)
+    ids = [r.thread_id for batch in batches for r in batch]
+    assert len(ids) == len(set(ids))
+    # A claimer may come back short while rivals hold rows ("up to limit"); none is lost.
+    rest = await claimable(store, "sweeper")
+    assert rest.isdisjoint(ids)
+    assert rest | set(ids) == {r.thread_id for r in runs}
 
 
 # -- renew_leases ---------------------------------------------------------------------------
@@ -422,7 +463,7 @@ async def test_concurrent_claims_never_hand_a_run_to_two_workers(store: Store) -
 
 async def test_renew_returns_the_runs_held_and_extends_them(store: Store) -> None:
     await started(store, 3)
-    ra, rb = await store.claim_runs("w1", V, AGENTS, 2, SHORT)
+    ra, rb = await store.claim_runs("w1", V, AGENTS, 2, SOON)
     (rc,) = await store.claim_runs("w2", V, AGENTS, 2, LONG)
     assert await store.renew_leases("w1", LONG) == {ra.thread_id, rb.thread_id}
     now_a = await store.get_run(ra.thread_id)
@@ -430,7 +471,7 @@ async def test_renew_returns_the_runs_held_and_extends_them(store: Store) -> Non
     assert ra.lease_expires_at is not None
     assert now_a.lease_expires_at > ra.lease_expires_at + LONG / 2
     assert (now_a.lease_owner, now_a.epoch) == ("w1", ra.epoch)  # renewing is not claiming
-    await asyncio.sleep(WAIT)  # past the original SHORT leases
+    await asyncio.sleep(LATER)  # past the original leases
     assert await claimable(store, "w3") == set()
     assert await store.renew_leases("w2", LONG) == {rc.thread_id}
 
@@ -693,14 +734,14 @@ async def test_fail_final_marks_the_run_failed(store: Store) -> None:
 async def test_fail_non_final_requeues_from_wake_at(store: Store) -> None:
     (run,) = await started(store)
     held = await claim_one(store, run)
-    wake = await store.now() + 0.3
+    wake = await store.now() + SOON
     await store.fail_step(lease_of(held), failures=1, wake_at=wake, error=b"{}", final=False)
     now = await store.get_run(run.thread_id)
     assert now is not None
     assert (now.status, now.failures, now.wake_at, now.step) == ("queued", 1, wake, 0)
     assert_unleased(now)
     assert await claimable(store) == set()
-    await asyncio.sleep(0.4)
+    await asyncio.sleep(LATER)
     retry = await claim_one(store, run, "w2")
     assert retry.epoch == held.epoch + 1 and retry.failures == 1
     with pytest.raises(LeaseLost):
@@ -825,6 +866,7 @@ async def test_load_checkpoints_is_the_latest_snapshot_and_later_deltas(store: S
 @pytest.mark.parametrize(
     ("upto", "expected"),
     [
+        (0, []),
         (1, [(1, "s")]),
         (2, [(1, "s"), (2, "d")]),
         (3, [(1, "s"), (2, "d"), (3, "d")]),

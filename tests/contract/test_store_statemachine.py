@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable
+import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import orjson
 from hypothesis import HealthCheck, event, settings
@@ -38,6 +40,7 @@ RUNS = ("r0", "r1", "r2")
 WORKERS = ("w0", "w1", "w2")
 LONG = 60.0
 EXPIRED = 0.0  # with a short sleep after the claim, already expired for every later statement
+T = TypeVar("T")
 
 
 @dataclass
@@ -52,8 +55,7 @@ class Model:
     calls: int = 0  # journal entries for step + 1, kept across attempts (replayed, not redone)
     wake_far: bool = False  # sleeping or requeued with wake_at far in the future
 
-    def claimable(self) -> bool | None:
-        """True / False, or None when the store may go either way."""
+    def claimable(self) -> bool:
         if self.status in TERMINAL or self.status == "waiting":
             return False
         if self.status in ("queued", "sleeping"):
@@ -77,13 +79,17 @@ class StoreMachine(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.url = self.make_url()
         self.store = self.make_store(self.url)
-        self.run(self.store.open())
+        try:
+            self.run(self.store.open())
+        except BaseException:
+            self.loop.close()  # hypothesis calls teardown() only on a built machine
+            raise
         self.model = {tid: Model() for tid in RUNS}
         self.workers = {w: Worker() for w in WORKERS}
 
-    def run(self, coro):  # type: ignore[no-untyped-def]
+    def run(self, aw: Awaitable[T]) -> T:
         # A store call that hangs fails the example instead of hanging the suite.
-        return self.loop.run_until_complete(asyncio.wait_for(coro, 30))
+        return self.loop.run_until_complete(asyncio.wait_for(aw, 30))
 
     def teardown(self) -> None:
         try:
@@ -138,7 +144,7 @@ class StoreMachine(RuleBasedStateMachine):
         for run in got:
             m = self.model[run.thread_id]
             event(f"claim: took a {m.status} run")
-            assert before[run.thread_id] is not False, (run, m)  # never terminal, never live
+            assert before[run.thread_id], (run, m)  # never terminal, parked, or leased
             assert run.status == "running" and run.lease_owner == worker
             assert run.epoch == m.epoch + 1, (run, m)
             m.status, m.epoch, m.owner, m.expired = "running", run.epoch, worker, expire
@@ -226,7 +232,7 @@ class StoreMachine(RuleBasedStateMachine):
         worker, lease = self.pick_lease(data)
         m = self.model[lease.thread_id]
         ok = self.valid(lease)
-        wake_at = self.run(self.store.now()) + 3600 if far else None
+        wake_at = (self.run(self.store.now()) + 3600) if far else None
         before = self.run(self.snapshot(lease.thread_id))
         try:
             self.run(
@@ -302,7 +308,9 @@ class StoreMachine(RuleBasedStateMachine):
 
 
 # Examples per backend: SQLite runs ~60 a second; each Postgres example clones a database.
-EXAMPLES = {"sqlite": 60, "postgres": 20}
+# TETHER_TEST_EXAMPLES=500 makes a soak run.
+EXAMPLES = {"sqlite": 60, "postgres": 12}
+SOAK = int(os.environ.get("TETHER_TEST_EXAMPLES", "0"))
 
 
 def test_store_state_machine(databases, store_for) -> None:
@@ -314,10 +322,10 @@ def test_store_state_machine(databases, store_for) -> None:
     run_state_machine_as_test(
         Machine,
         settings=settings(
-            max_examples=EXAMPLES[databases.backend],
+            max_examples=SOAK or EXAMPLES[databases.backend],
             stateful_step_count=25,
             deadline=None,
-            database=None,  # no .hypothesis/ directory left behind
+            database=None,  # no example database written into the project
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )
