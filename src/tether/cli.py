@@ -41,7 +41,14 @@ def load_app(target: str) -> Runtime:
             raise AppImportError(f"module {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     if callable(obj) and not isinstance(obj, Runtime):
-        obj = obj()
+        try:
+            obj = obj()
+        except TetherError:
+            raise
+        except Exception as exc:
+            raise AppImportError(
+                f"--app {target}: calling it (with no arguments) to get the Runtime failed: "
+                f"{exc!r}") from exc
     if not isinstance(obj, Runtime):
         raise AppImportError(f"{target} is a {type(obj).__name__}, not a tether.Runtime")
     return obj

@@ -20,6 +20,7 @@ from .errors import (
     ResumeConflict,
     RunNotFound,
     SerializationError,
+    TetherError,
 )
 from .outbox import EffectHandler, make_handler
 from .retry import RetryPolicy
@@ -176,7 +177,8 @@ class Runtime:
         self.store: Store = store if store is not None else make_store(self.settings.db)
         self._open_lock = asyncio.Lock()
         self._opened = False
-        self._finished: dict[str, asyncio.Event] = {}
+        self._finished: dict[str, tuple[asyncio.Event, int]] = {}
+        self._poller: asyncio.Task[None] | None = None
         self._subscribers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
         self.effect_handlers: dict[str, EffectHandler] = {}
         self._workers: list[Any] = []
@@ -281,6 +283,9 @@ class Runtime:
             await self.store.close()
 
     async def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            self._poller = None
         if self._opened:
             self._opened = False
             await self.store.close()
@@ -351,24 +356,46 @@ class Runtime:
 
     async def wait(self, thread_id: str, timeout: float | None = None) -> Run:
         """Wait until the run is completed, failed or cancelled; returns it.
-        Raises TimeoutError after `timeout` seconds."""
+        Raises TimeoutError after `timeout` seconds.
+
+        A worker in this process wakes waiters at once; otherwise one shared poller checks
+        all waited-for runs in one query per poll interval, however many waiters there are."""
         await self.open()
-        delay = 0.005
-        async with asyncio.timeout(timeout):
-            while True:
-                event = self._finished.setdefault(thread_id, asyncio.Event())
-                rec = await self.store.get_run(thread_id)
-                if rec is None:
-                    raise RunNotFound(f"no run with thread_id {thread_id!r}")
-                if rec.status in TERMINAL:
+        rec = await self.store.get_run(thread_id)
+        if rec is None:
+            raise RunNotFound(f"no run with thread_id {thread_id!r}")
+        if rec.status not in TERMINAL:
+            event, count = self._finished.get(thread_id, (asyncio.Event(), 0))
+            self._finished[thread_id] = (event, count + 1)
+            if self._poller is None or self._poller.done():
+                self._poller = asyncio.create_task(self._poll_finished())
+            try:
+                async with asyncio.timeout(timeout):
+                    await event.wait()
+            finally:
+                event, count = self._finished.get(thread_id, (event, 1))
+                if count <= 1:
                     self._finished.pop(thread_id, None)
-                    return await self._with_state(rec)
-                try:
-                    async with asyncio.timeout(delay):
-                        await event.wait()
-                except TimeoutError:
-                    pass
-                delay = min(delay * 2, self.settings.poll_interval)
+                else:
+                    self._finished[thread_id] = (event, count - 1)
+            rec = await self.store.get_run(thread_id)
+            if rec is None:
+                raise RunNotFound(f"no run with thread_id {thread_id!r}")
+        return await self._with_state(rec)
+
+    async def _poll_finished(self) -> None:
+        """Wake waiters whose runs finished elsewhere (another process's worker)."""
+        while self._finished:
+            await asyncio.sleep(self.settings.poll_interval)
+            ids = list(self._finished)
+            try:
+                statuses = await self.store.run_statuses(ids)
+            except TetherError:
+                continue
+            for tid in ids:
+                status = statuses.get(tid)
+                if status is None or status in TERMINAL:
+                    self.notify_finished(tid)
 
     async def cancel(self, thread_id: str) -> Run:
         """Cancel a run now: queued/waiting/sleeping at once; a running run's in-flight step
@@ -518,9 +545,9 @@ class Runtime:
     # -- internals -------------------------------------------------------------------------
 
     def notify_finished(self, thread_id: str) -> None:
-        event = self._finished.get(thread_id)
-        if event is not None:
-            event.set()
+        entry = self._finished.get(thread_id)
+        if entry is not None:
+            entry[0].set()
 
     async def load_state(self, rec: RunRecord, upto: int | None = None) -> dict[str, Any]:
         rows: list[CheckpointRecord] = []

@@ -67,7 +67,7 @@ class Worker:
         runtime: Runtime,
         *,
         concurrency: int,
-        claim_batch: int = 100,
+        claim_batch: int = 1000,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")

@@ -135,11 +135,14 @@ async def run_events(
     """The run's events, starting with a `status` event; None means "send a keepalive".
     Ends early (within `poll`) once `draining()` is true: the server is shutting down."""
     thread_id = rec.thread_id
-    queue: asyncio.Queue[Event] = asyncio.Queue()
+    queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=10_000)
 
     async def pump() -> None:
         async for ev in runtime.subscribe(thread_id):
-            queue.put_nowait(ev)
+            # A client too slow for the stream loses live events rather than growing this
+            # queue; a lost status change is still seen by the poller.
+            if not queue.full():
+                queue.put_nowait(ev)
 
     task = asyncio.create_task(pump())
     loop = asyncio.get_running_loop()

@@ -241,6 +241,9 @@ class Store(Protocol):
 
     async def get_run(self, thread_id: str) -> RunRecord | None: ...
 
+    async def run_statuses(self, thread_ids: Sequence[str]) -> dict[str, str]:
+        """Status of each existing run among `thread_ids`, in one query."""
+
     async def list_runs(
         self,
         *,

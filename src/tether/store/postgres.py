@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -46,6 +47,7 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.errors import TransactionRollback
+from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -97,8 +99,9 @@ Conn = AsyncConnection[TupleRow]
 Params = dict[str, Any]
 _TxBody = Callable[[Conn], Awaitable[T]]
 _TX_ATTEMPTS: Final = 3
-# (query, params, thread_id, future of "one row came back")
-_Job = tuple[bytes, Params, str, "asyncio.Future[bool]"]
+_BEGIN: Final = b"BEGIN"
+# (query, params, thread_id, future of the statement's first row: None = the fence failed)
+_Job = tuple[bytes, Params, str, "asyncio.Future[TupleRow | None]"]
 
 
 def redact_url(url: str) -> str:
@@ -191,7 +194,12 @@ class PostgresStore:
         self.pool_timeout = pool_timeout
         self.synchronous_commit = synchronous_commit
         self.debounce = debounce
-        self._q = _queries()
+        self._q = q = _queries()
+        # query -> (its multi-row form, the key of a row it returns, whether a group fits it)
+        self._bulk: dict[bytes, tuple[bytes, _Key, Callable[[list[Params]], bool]]] = {
+            q["commit_step"]: (q["commit_steps"], _thread_key, _distinct_runs),
+            q["insert_journal"]: (q["insert_journals"], _journal_key, _always),
+        }
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._accepting = False  # writes are taken (the committer runs)
         self._busy = False  # the writer connection is in use
@@ -206,6 +214,8 @@ class PostgresStore:
         self._listener: asyncio.Task[None] | None = None
         self._listen_conn: Conn | None = None
         self._healer: asyncio.Task[None] | None = None
+        self._run_waiters: dict[str, list[asyncio.Future[RunRecord | None]]] = {}
+        self._run_reader: asyncio.Task[None] | None = None
         self.work_available = asyncio.Event()
         self.effects_available = asyncio.Event()
 
@@ -311,6 +321,9 @@ class PostgresStore:
         if listen_conn is not None:
             with contextlib.suppress(psycopg.Error, OSError):
                 await listen_conn.close()
+        reader, self._run_reader = self._run_reader, None
+        if reader is not None:
+            await asyncio.wait([reader])  # answers the callers it has, from the open pool
         healer, self._healer = self._healer, None
         if healer is not None:  # cancelling pool.check() midway would leak the conns it holds
             done, _ = await asyncio.wait([healer], timeout=self.connect_timeout)
@@ -382,14 +395,21 @@ class PostgresStore:
             self._healer = asyncio.create_task(pool.check(), name="tether-pg-pool-check")
 
     async def _transaction(self, body: _TxBody[T]) -> T:
-        """body(conn) in one transaction on a pooled connection. A deadlock or serialization
-        failure undoes it whole, so it runs again (a few times); a TetherError it raises
-        (LeaseLost, RunNotFound...) rolls it back and propagates."""
+        """body(conn) in one transaction on a pooled connection: body sends BEGIN first, in
+        its first pipeline (conn.transaction() would cost two more round trips); this commits
+        after it. A deadlock or serialization failure undoes it whole, so it runs again (a few
+        times); a TetherError it raises (LeaseLost, RunNotFound...) rolls it back."""
         pool = self._need_pool()
         for attempt in range(1, _TX_ATTEMPTS + 1):
             try:
-                async with pool.connection() as conn, conn.transaction():
-                    return await body(conn)
+                async with pool.connection() as conn:
+                    try:
+                        result = await body(conn)
+                        await conn.execute(b"COMMIT")
+                    except BaseException:
+                        await _rollback(conn)
+                        raise
+                    return result
             except TransactionRollback as exc:
                 if attempt == _TX_ATTEMPTS:
                     raise self._error(exc) from exc
@@ -446,7 +466,8 @@ class PostgresStore:
     # -- runs ------------------------------------------------------------------------------
 
     async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
-        row = await self._fetchone(self._q["create_run"], _new_run_params(new))
+        # Through the writer: concurrent starts are group-committed like steps.
+        row = await self._write(self._q["create_run"], _new_run_params(new), new.thread_id)
         if row is not None:
             run, created = _run(row[1:23]), bool(row[0])
             if created:
@@ -468,8 +489,36 @@ class PostgresStore:
         return _same_run(_run(found), new, "thread_id"), False
 
     async def get_run(self, thread_id: str) -> RunRecord | None:
-        row = await self._read_one(self._q["get_run"], {"thread_id": thread_id})
-        return None if row is None else _run(row)
+        # Coalesced: every get_run issued while one is in flight (e.g. a thousand runtime.wait
+        # polls) is answered by the next single get_runs statement.
+        self._need_pool()
+        fut: asyncio.Future[RunRecord | None] = asyncio.get_running_loop().create_future()
+        self._run_waiters.setdefault(thread_id, []).append(fut)
+        if self._run_reader is None or self._run_reader.done():
+            self._run_reader = asyncio.create_task(self._read_runs(), name="tether-pg-get-run")
+        return await fut
+
+    async def _read_runs(self) -> None:
+        await asyncio.sleep(0)  # the callers of this loop iteration join the first statement
+        while self._run_waiters:
+            ids = list(itertools.islice(self._run_waiters, _MAX_BATCH))
+            waiters = {tid: self._run_waiters.pop(tid) for tid in ids}
+            try:
+                rows = await self._read(self._q["get_runs"], {"ids": ids})
+            except Exception as exc:  # every waiter gets its own exception object
+                for futs in waiters.values():
+                    for fut in futs:
+                        if not fut.done():
+                            err = (type(exc)(str(exc)) if isinstance(exc, StoreError)
+                                   else StoreError(f"get_run failed: {exc!r}"))
+                            err.__cause__ = exc.__cause__ if isinstance(exc, StoreError) else exc
+                            fut.set_exception(err)
+                continue
+            found = {row[0]: _run(row) for row in rows}
+            for tid, futs in waiters.items():
+                for fut in futs:
+                    if not fut.done():
+                        fut.set_result(found.get(tid))
 
     async def list_runs(
         self,
@@ -539,12 +588,12 @@ class PostgresStore:
 
     async def commit_step(self, commit: StepCommit) -> None:
         lease, terminal = commit.lease, commit.status in TERMINAL
-        if (commit.effects or commit.messages or commit.consumed or commit.groups or terminal
+        if (commit.effects or commit.messages or commit.consumed or commit.groups
                 or commit.waiting_for == "mail"):
             await self._transaction(self._committer_tx(commit, terminal))
         else:
             params = _step_params(commit)
-            if commit.children or commit.status == "queued":
+            if commit.children or commit.status == "queued" or terminal:
                 _add_children(params, commit.children)
                 query = self._q["commit_step_notify"]
             else:
@@ -584,8 +633,10 @@ class PostgresStore:
         async def body(conn: Conn) -> None:
             members: dict[str, list[str]] = {}
             if groups:
-                cur = await conn.execute(q["group_recipients"],
-                                         {"groups": groups, "thread_id": tid})
+                async with conn.pipeline():
+                    await conn.execute(_BEGIN)
+                    cur = await conn.execute(q["group_recipients"],
+                                             {"groups": groups, "thread_id": tid})
                 for group, member in await cur.fetchall():
                     members.setdefault(group, []).append(member)
             sent = [(rcpt, m.message) for m in commit.messages
@@ -599,6 +650,8 @@ class PostgresStore:
                     "notify": bool(commit.children or sent or commit.status == "queued"),
                     "effects": len(applied) < len(effects)}
             async with conn.pipeline():
+                if not groups:
+                    await conn.execute(_BEGIN)
                 c_lock = await conn.execute(q["lock_runs"], {
                     "ids": [tid, *recipients], "thread_id": tid, "parent": terminal})
                 c_taken = (await conn.execute(q["effect_keys_taken"], {
@@ -656,6 +709,7 @@ class PostgresStore:
 
         async def body(conn: Conn) -> None:
             async with conn.pipeline():
+                await conn.execute(_BEGIN)
                 await conn.execute(q["lock_runs"], {  # the run and its parent, in order
                     "ids": [lease.thread_id], "thread_id": lease.thread_id, "parent": True})
                 cur = await conn.execute(q["fail_step_final"], params)
@@ -692,6 +746,7 @@ class PostgresStore:
 
             async def body(conn: Conn) -> None:
                 async with conn.pipeline():
+                    await conn.execute(_BEGIN)
                     cur = await conn.execute(q["park_run"], params)
                     # A later statement: children finished by now are seen (see the query).
                     await conn.execute(q["requeue_if_joined"], joined)
@@ -710,6 +765,7 @@ class PostgresStore:
 
         async def body(conn: Conn) -> RunRecord | None:
             async with conn.pipeline():
+                await conn.execute(_BEGIN)
                 await conn.execute(q["lock_tree"], {"thread_id": thread_id})
                 await conn.execute(q["cancel_tree"], params)
                 cur = await conn.execute(q["get_run"], {"thread_id": thread_id})
@@ -731,6 +787,7 @@ class PostgresStore:
 
         async def body(conn: Conn) -> int:
             async with conn.pipeline():
+                await conn.execute(_BEGIN)
                 await conn.execute(q["lock_runs"], {
                     "ids": [thread_id], "thread_id": thread_id, "parent": False})
                 cur = await conn.execute(q["send_message"], {
@@ -831,13 +888,14 @@ class PostgresStore:
 
     # -- the committer ---------------------------------------------------------------------
 
-    async def _write(self, query: bytes, params: Params, thread_id: str) -> bool:
-        """Run one fenced write statement; True if it returned a row (the fence held)."""
+    async def _write(self, query: bytes, params: Params, thread_id: str) -> TupleRow | None:
+        """Run one write statement on the writer; its first row (None: it returned none,
+        e.g. a fenced write whose epoch moved)."""
         if not self._accepting:
             raise StoreError("store is not open")
         if self._busy or self._queue:
             # The writer is taken: join the next group commit.
-            fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            fut: asyncio.Future[TupleRow | None] = asyncio.get_running_loop().create_future()
             self._queue.append((query, params, thread_id, fut))
             self._wake.set()
             return await fut
@@ -852,7 +910,7 @@ class PostgresStore:
                     if cur is None or cur.closed or cur.connection.closed:
                         cur = await self._new_cursor()
                     await cur.execute(query, params)
-                    return cur.rowcount > 0
+                    return await cur.fetchone()
                 except TransactionRollback as exc:  # a deadlock victim: nothing was written
                     if attempt == _TX_ATTEMPTS:
                         raise self._error(exc) from exc
@@ -926,19 +984,21 @@ class PostgresStore:
                 _fail(fut, self._lost(exc))
                 return
             else:
-                _done(fut, cur.rowcount > 0)
+                _done(fut, await cur.fetchone())
                 return
 
     async def _commit_batch(self, batch: list[_Job]) -> None:
         batch.sort(key=_thread_of)  # lock order: thread_id, as renew_leases and release_runs
-        # Consecutive jobs of one query go out as one executemany (no per-statement cursor),
-        # still in thread_id order; the whole batch is one pipelined transaction.
-        groups: list[tuple[bytes, list[Params]]] = []
-        for query, params, _, _ in batch:
-            if groups and groups[-1][0] is query:
-                groups[-1][1].append(params)
+        # Consecutive jobs of one query form a group, still in thread_id order. Step commits
+        # and journal writes go as one multi-row statement per group (commit_steps,
+        # insert_journals); other groups as one executemany. The batch is one pipelined
+        # transaction.
+        groups: list[tuple[bytes, list[_Job]]] = []
+        for job in batch:
+            if groups and groups[-1][0] is job[0]:
+                groups[-1][1].append(job)
             else:
-                groups.append((query, [params]))
+                groups.append((job[0], [job]))
         stats = self._stats
         stats["batches"] += 1
         stats["batched_writes"] += len(batch)
@@ -948,22 +1008,35 @@ class PostgresStore:
                 await self._new_cursor()
             conn = self._commit_conn
             assert conn is not None
-            curs = [conn.cursor() for _ in groups]
-            failure: psycopg.Error | None = None
-            async with conn.pipeline():
-                try:
-                    async with conn.transaction():
-                        for cur, (query, params_seq) in zip(curs, groups, strict=True):
-                            await cur.executemany(query, params_seq, returning=True)
-                except psycopg.Error as exc:  # raised past the pipeline, which stays usable
-                    failure = exc
-            if failure is not None:
-                raise failure
-            fenced: list[bool] = []
-            for cur in curs:
-                fenced.append(cur.rowcount > 0)
+            plan: list[tuple[psycopg.AsyncCursor[TupleRow], _Key | None]] = []
+            try:
+                # BEGIN .. COMMIT sent in one pipeline: one round trip for the whole batch.
+                async with conn.pipeline():
+                    await conn.execute(_BEGIN)
+                    for query, jobs in groups:
+                        cur = conn.cursor()
+                        seq = [job[1] for job in jobs]
+                        bulk = self._bulk.get(query)
+                        if bulk is not None and len(jobs) > 1 and bulk[2](seq):
+                            arrays = {name: [p[name] for p in seq] for name in seq[0]}
+                            await cur.execute(bulk[0], arrays)
+                            plan.append((cur, bulk[1]))
+                        else:
+                            await cur.executemany(query, seq, returning=True)
+                            plan.append((cur, None))
+                    await conn.execute(b"COMMIT")
+            except BaseException:
+                await _rollback(conn)
+                raise
+            firsts: list[TupleRow | None] = []
+            for (cur, key), (_, jobs) in zip(plan, groups, strict=True):
+                if key is not None:
+                    done = {tuple(row) for row in await cur.fetchall()}
+                    firsts.extend(_OK if key(job[1]) in done else None for job in jobs)
+                    continue
+                firsts.append(await cur.fetchone())
                 while cur.nextset():
-                    fenced.append(cur.rowcount > 0)
+                    firsts.append(await cur.fetchone())
         except psycopg.Error as exc:
             if _is_disconnect(exc):
                 # The outcome is unknown: re-running could commit twice. Report it to all.
@@ -976,13 +1049,13 @@ class PostgresStore:
             for job in batch:
                 await self._commit_one(job)
             return
-        if len(fenced) != len(batch):  # cannot happen; never guess which job committed
-            err = StoreError(f"group commit returned {len(fenced)} results for {len(batch)}")
+        if len(firsts) != len(batch):  # cannot happen; never guess which job committed
+            err = StoreError(f"group commit returned {len(firsts)} results for {len(batch)}")
             for job in batch:
                 _fail(job[3], err)
             return
-        for (_, _, _, fut), ok in zip(batch, fenced, strict=True):
-            _done(fut, ok)
+        for (_, _, _, fut), first in zip(batch, firsts, strict=True):
+            _done(fut, first)
 
     def statistics(self) -> dict[str, int]:
         """Group commit counters: batches, batched_writes, largest_batch, batch_retries."""
@@ -1031,16 +1104,45 @@ class PostgresStore:
                 seen = bool(channels)
 
 
+async def _rollback(conn: Conn) -> None:
+    """End a failed explicit transaction so the connection is clean (autocommit) again."""
+    if conn.closed or conn.info.transaction_status == TransactionStatus.IDLE:
+        return
+    with contextlib.suppress(psycopg.Error):
+        await conn.execute(b"ROLLBACK")
+
+
 def _thread_of(job: _Job) -> str:
     return job[2]
 
 
-def _done(fut: asyncio.Future[bool], value: bool) -> None:
+_OK: Final[TupleRow] = (True,)  # the result a multi-row group commit gives a committed job
+_Key = Callable[[Params], tuple[Any, ...]]
+
+
+def _thread_key(params: Params) -> tuple[Any, ...]:
+    return (params["thread_id"],)
+
+
+def _journal_key(params: Params) -> tuple[Any, ...]:
+    return (params["thread_id"], params["step"], params["idx"])
+
+
+def _distinct_runs(seq: list[Params]) -> bool:
+    """commit_steps moves each run once: two commits of one run go one by one instead."""
+    return len({p["thread_id"] for p in seq}) == len(seq)
+
+
+def _always(seq: list[Params]) -> bool:
+    return True
+
+
+def _done(fut: asyncio.Future[TupleRow | None], value: TupleRow | None) -> None:
     if not fut.done():  # a cancelled caller: the write happened (or not) all the same
         fut.set_result(value)
 
 
-def _fail(fut: asyncio.Future[bool], error: StoreError) -> None:
+def _fail(fut: asyncio.Future[TupleRow | None], error: StoreError) -> None:
     if not fut.done():
         fut.set_exception(error)
 

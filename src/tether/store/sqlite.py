@@ -307,6 +307,12 @@ class SQLiteStore:
         row = await self._r(lambda c: c.execute(q, {"thread_id": thread_id}).fetchone())
         return None if row is None else _run(row)
 
+    async def run_statuses(self, thread_ids: Sequence[str]) -> dict[str, str]:
+        q = self._q["run_statuses"]
+        ids = orjson.dumps(list(thread_ids)).decode()
+        rows = await self._r(lambda c: c.execute(q, {"ids": ids}).fetchall())
+        return {r[0]: r[1] for r in rows}
+
     async def list_runs(
         self,
         *,
@@ -377,17 +383,22 @@ class SQLiteStore:
         return [JournalRecord(r[0], r[1], r[2]) for r in rows]
 
     async def commit_step(self, commit: StepCommit) -> None:
-        q_run, q_cp = self._q["commit_run"], self._q["insert_checkpoint"]
         lease = commit.lease
-        run_params = {
-            "thread_id": lease.thread_id,
-            "epoch": lease.epoch,
-            "step": commit.step,
-            "next_node": commit.next_node,
-            "status": commit.status,
-            "wake_at": commit.wake_at,
-            "waiting_for": commit.waiting_for,
-        }
+        if commit.status == "running" and commit.wake_at is None and commit.waiting_for is None:
+            q_run = self._q["advance_run"]
+            run_params: dict[str, Any] = {"thread_id": lease.thread_id, "epoch": lease.epoch,
+                                          "step": commit.step, "next_node": commit.next_node}
+        else:
+            q_run = self._q["commit_run"]
+            run_params = {
+                "thread_id": lease.thread_id,
+                "epoch": lease.epoch,
+                "step": commit.step,
+                "next_node": commit.next_node,
+                "status": commit.status,
+                "wake_at": commit.wake_at,
+                "waiting_for": commit.waiting_for,
+            }
         cp_params = (
             lease.thread_id,
             commit.step,
@@ -427,7 +438,6 @@ class SQLiteStore:
             self._commit_extras(conn, commit)
             return True
 
-        del q_cp
         if not await self._w(job):
             raise LeaseLost(f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed")
         if commit.children or commit.messages or commit.status == "queued" or terminal:

@@ -67,6 +67,13 @@ SELECT thread_id, agent, version, status, node, step, attempt, failures, input, 
        parent_thread_id, forked_from, forked_step, created_at, updated_at
 FROM runs WHERE thread_id = %(thread_id)s;
 
+-- name: get_runs
+-- Many get_run calls made at once, answered by one statement.
+SELECT thread_id, agent, version, status, node, step, attempt, failures, input, input_hash,
+       idempotency_key, lease_owner, lease_expires_at, epoch, wake_at, waiting_for, error,
+       parent_thread_id, forked_from, forked_step, created_at, updated_at
+FROM runs WHERE thread_id = ANY(%(ids)s::text[]);
+
 -- name: get_run_by_key
 SELECT thread_id, agent, version, status, node, step, attempt, failures, input, input_hash,
        idempotency_key, lease_owner, lease_expires_at, epoch, wake_at, waiting_for, error,
@@ -185,10 +192,73 @@ SELECT u.thread_id, %(step)s, %(node)s, %(next_node)s, %(kind)s, %(data)s, %(wor
 FROM u
 RETURNING 1;
 
+-- name: commit_steps
+-- Group commit of many plain commit_steps (distinct runs) in one statement: each row fenced
+-- on its own epoch, exactly as commit_step. l locks the matching rows in thread_id order (the
+-- order every multi-row lock takes) and re-checks epoch and status on their latest versions;
+-- only those are moved and get their checkpoint. Returns the thread_ids committed.
+WITH x AS (
+    SELECT * FROM unnest(%(thread_id)s::text[], %(epoch)s::bigint[], %(step)s::bigint[],
+                         %(node)s::text[], %(next_node)s::text[], %(kind)s::text[],
+                         %(data)s::bytea[], %(worker)s::text[], %(attempt)s::int[],
+                         %(started_at)s::float8[], %(finished_at)s::float8[],
+                         %(status)s::text[], %(wake_at)s::float8[], %(waiting_for)s::text[])
+        AS x(thread_id, epoch, step, node, next_node, kind, data, worker, attempt, started_at,
+             finished_at, status, wake_at, waiting_for)
+),
+l AS (
+    SELECT r.thread_id FROM runs r JOIN x ON r.thread_id = x.thread_id AND r.epoch = x.epoch
+    WHERE r.status = 'running'
+    ORDER BY r.thread_id
+    FOR NO KEY UPDATE OF r
+),
+u AS (
+    UPDATE runs
+    SET step = x.step, node = x.next_node, status = x.status,
+        attempt = CASE WHEN x.status = 'running' THEN 1 ELSE 0 END, failures = 0,
+        wake_at = x.wake_at, waiting_for = x.waiting_for,
+        lease_owner = CASE WHEN x.status = 'running' THEN runs.lease_owner END,
+        lease_expires_at = CASE WHEN x.status = 'running' THEN runs.lease_expires_at END,
+        updated_at = extract(epoch FROM clock_timestamp())::float8
+    FROM x
+    WHERE runs.thread_id = x.thread_id AND runs.thread_id IN (SELECT thread_id FROM l)
+    RETURNING runs.thread_id
+)
+INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
+                         started_at, finished_at)
+SELECT x.thread_id, x.step, x.node, x.next_node, x.kind, x.data, x.worker, x.attempt,
+       x.started_at, x.finished_at
+FROM x JOIN u ON u.thread_id = x.thread_id
+RETURNING thread_id;
+
+-- name: insert_journals
+-- Group commit of many record_calls in one statement, each fenced like insert_journal: r
+-- share-locks the runs in thread_id order and reads their latest epoch. Returns the
+-- (thread_id, step, idx) journaled.
+WITH x AS (
+    SELECT * FROM unnest(%(thread_id)s::text[], %(epoch)s::bigint[], %(step)s::bigint[],
+                         %(idx)s::int[], %(name)s::text[], %(result)s::bytea[])
+        AS x(thread_id, epoch, step, idx, name, result)
+),
+r AS (
+    SELECT thread_id, epoch FROM runs
+    WHERE thread_id IN (SELECT thread_id FROM x) AND status = 'running'
+    ORDER BY thread_id
+    FOR SHARE
+)
+INSERT INTO journal (thread_id, step, idx, name, result)
+SELECT x.thread_id, x.step, x.idx, x.name, x.result
+FROM x JOIN r ON r.thread_id = x.thread_id AND r.epoch = x.epoch
+RETURNING thread_id, step, idx;
+
 -- name: commit_step_notify
--- commit_step that also spawns children (queued, ignored if they already exist) and
--- announces them, and the run itself when it is released as queued; all in one statement,
--- children only if the fenced update matched. One row back = committed.
+-- commit_step that also spawns children (queued, ignored if they already exist), releases
+-- the run as queued, or finishes it; all in one statement, and the children only if the
+-- fenced update matched. A finished run wakes its parent if it is parked in join: lk locks
+-- the parent row first, which returns its latest version (waiting for a park in progress to
+-- commit), and wp updates through it, so a park and this wake-up cannot miss each other (the
+-- parent's requeue_if_joined runs after its park took the row). Announces whatever became
+-- claimable. One row back = committed.
 WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
 u AS (
     UPDATE runs
@@ -199,7 +269,7 @@ u AS (
         lease_expires_at = CASE WHEN %(status)s = 'running' THEN lease_expires_at END,
         updated_at = extract(epoch FROM clock_timestamp())::float8
     WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status = 'running'
-    RETURNING thread_id, version, status
+    RETURNING thread_id, version, status, parent_thread_id
 ),
 c AS (
     INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
@@ -225,9 +295,22 @@ k AS (
     ON CONFLICT DO NOTHING
     RETURNING version
 ),
+lk AS (
+    SELECT r.thread_id, r.status, r.waiting_for FROM runs r
+    WHERE r.thread_id = (SELECT parent_thread_id FROM u
+                         WHERE status IN ('completed', 'failed', 'cancelled'))
+    FOR NO KEY UPDATE
+),
+wp AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL, updated_at = t.now
+    FROM lk, t
+    WHERE runs.thread_id = lk.thread_id AND lk.status = 'waiting' AND lk.waiting_for = 'join'
+    RETURNING runs.version
+),
 woke AS MATERIALIZED (
     SELECT pg_notify('tether_work', v.version)
-    FROM (SELECT version FROM k UNION SELECT version FROM u WHERE status = 'queued') v
+    FROM (SELECT version FROM k UNION SELECT version FROM u WHERE status = 'queued'
+          UNION SELECT version FROM wp) v
 )
 SELECT (SELECT count(*) FROM woke) FROM c;
 

@@ -17,6 +17,9 @@ RETURNING *;
 -- name: get_run
 SELECT * FROM runs WHERE thread_id = :thread_id;
 
+-- name: run_statuses
+SELECT thread_id, status FROM runs WHERE thread_id IN (SELECT value FROM json_each(:ids));
+
 -- name: get_run_by_key
 SELECT * FROM runs WHERE idempotency_key = :key;
 
@@ -40,6 +43,7 @@ SET status = 'running', lease_owner = :worker,
 WHERE thread_id IN (
     SELECT thread_id FROM runs
     WHERE version = :version
+      AND status IN ('queued', 'sleeping', 'running')
       AND agent IN (SELECT value FROM json_each(:agents))
       AND ((status IN ('queued', 'sleeping')
             AND (wake_at IS NULL OR wake_at <= (julianday('now') - 2440587.5) * 86400.0))
@@ -80,6 +84,14 @@ SET step = :step, node = :next_node, status = :status,
     wake_at = :wake_at, waiting_for = :waiting_for,
     lease_owner = CASE WHEN :status = 'running' THEN lease_owner END,
     lease_expires_at = CASE WHEN :status = 'running' THEN lease_expires_at END,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running';
+
+-- name: advance_run
+-- The common case of commit_run: the run stays running on the same lease and moves to its
+-- next step. Touches no indexed column, so no index entry is rewritten.
+UPDATE runs
+SET step = :step, node = :next_node, attempt = 1, failures = 0,
     updated_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running';
 

@@ -25,7 +25,9 @@ CREATE TABLE runs (
     created_at       REAL NOT NULL,
     updated_at       REAL NOT NULL
 );
-CREATE INDEX runs_claim ON runs (version, status, wake_at);
+-- Only live runs can become claimable: the claim scan walks this partial index in claim order.
+CREATE INDEX runs_claimable ON runs (version, coalesce(wake_at, created_at))
+    WHERE status IN ('queued', 'sleeping', 'running');
 CREATE INDEX runs_lease ON runs (lease_owner) WHERE lease_owner IS NOT NULL;
 CREATE INDEX runs_created ON runs (created_at, thread_id);
 CREATE INDEX runs_parent ON runs (parent_thread_id) WHERE parent_thread_id IS NOT NULL;
