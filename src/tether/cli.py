@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from .config import default_db, redact
-from .errors import AppImportError, ConfigError, TetherError
+from .errors import AppImportError, ConfigError, InvalidState, TetherError
 from .runtime import Checkpoint, Interrupt, Run, Runtime
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
@@ -325,6 +325,49 @@ def _cp_dict(cp: Checkpoint, with_state: bool) -> dict[str, Any]:
     return d
 
 
+async def cmd_effects_list(args: argparse.Namespace) -> int:
+    rt = _runtime(args)
+    try:
+        effects = await rt.effects(args.thread, status=args.status, limit=args.limit)
+    finally:
+        await rt.close()
+    if args.json:
+        _dump([e.to_dict() for e in effects])
+        return 0
+    from rich.table import Table
+
+    table = Table("thread_id", "key", "name", "status", "attempts", "error", "result")
+    for e in effects:
+        table.add_row(e.thread_id, e.key, e.name, e.status, str(e.attempts), e.error or "",
+                      "" if e.result is None else orjson.dumps(e.result).decode()[:60])
+    _console().print(table)
+    return 0
+
+
+async def cmd_effects_retry(args: argparse.Namespace) -> int:
+    rt = _runtime(args)
+    try:
+        revived = await rt.retry_effect(args.key, args.thread)
+    finally:
+        await rt.close()
+    if not revived:
+        raise InvalidState(f"no dead effect with key {args.key!r}")
+    if args.json:
+        _dump([e.to_dict() for e in revived])
+    else:
+        print(f"effect {args.key} queued again ({len(revived)} row); a worker performs it next")
+    return 0
+
+
+async def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo.run import PARTS, run_demo
+
+    unknown = [p for p in args.parts if p not in PARTS]
+    if unknown:
+        raise ConfigError(f"unknown demo part {unknown[0]!r}; parts: {', '.join(PARTS)}")
+    return await run_demo(args.parts or list(PARTS))
+
+
 # -- parser -----------------------------------------------------------------------------------
 
 
@@ -406,6 +449,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("thread_id")
     s.add_argument("--state", action="store_true", help="include the state after each step")
     s.set_defaults(handler=cmd_checkpoints)
+
+    effects = sub.add_parser("effects", help="the outbox: list and retry side effects")
+    esub = effects.add_subparsers(dest="effects_command", required=True, metavar="SUBCOMMAND")
+    s = esub.add_parser("list", parents=[common, read], help="effects in request order")
+    s.add_argument("--thread", help="only this run's effects")
+    s.add_argument("--status", choices=["pending", "running", "done", "dead"])
+    s.add_argument("--limit", type=_positive_int, default=100)
+    s.set_defaults(handler=cmd_effects_list)
+    s = esub.add_parser("retry", parents=[common, read], help="retry a dead effect now")
+    s.add_argument("key")
+    s.add_argument("--thread", help="the run, if the key is not unique across runs")
+    s.set_defaults(handler=cmd_effects_retry)
+
+    s = sub.add_parser("demo", help="the lesson's scenarios end to end on embedded SQLite")
+    s.add_argument("parts", nargs="*", metavar="PART",
+                   help="crash, queue, hitl, effect, async (default: all)")
+    s.set_defaults(handler=cmd_demo)
     return p
 
 

@@ -46,7 +46,7 @@ import orjson
 import psycopg
 from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.errors import TransactionRollback
+from psycopg.errors import PipelineAborted, TransactionRollback
 from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -140,6 +140,8 @@ def _is_disconnect(exc: BaseException) -> bool:
     if isinstance(exc, PoolTimeout):
         return True
     if not isinstance(exc, psycopg.OperationalError):
+        return False
+    if isinstance(exc, PipelineAborted):
         return False
     state = exc.sqlstate
     return state is None or state.startswith("08") or state in {"57P01", "57P02", "57P03"}
@@ -593,9 +595,11 @@ class PostgresStore:
             await self._transaction(self._committer_tx(commit, terminal))
         else:
             params = _step_params(commit)
-            if commit.children or commit.status == "queued" or terminal:
+            if commit.children:
                 _add_children(params, commit.children)
                 query = self._q["commit_step_notify"]
+            elif commit.status == "queued" or terminal:
+                query = self._q["commit_step_wake"]
             else:
                 query = self._q["commit_step"]  # the hot path: one statement, group-committed
             if not await self._write(query, params, lease.thread_id):
@@ -988,55 +992,28 @@ class PostgresStore:
                 return
 
     async def _commit_batch(self, batch: list[_Job]) -> None:
-        batch.sort(key=_thread_of)  # lock order: thread_id, as renew_leases and release_runs
-        # Consecutive jobs of one query form a group, still in thread_id order. Step commits
-        # and journal writes go as one multi-row statement per group (commit_steps,
-        # insert_journals); other groups as one executemany. The batch is one pipelined
-        # transaction.
-        groups: list[tuple[bytes, list[_Job]]] = []
-        for job in batch:
-            if groups and groups[-1][0] is job[0]:
-                groups[-1][1].append(job)
-            else:
-                groups.append((job[0], [job]))
+        """One transaction, one pipeline, one round trip: BEGIN; lock_batch (every run row
+        the batch writes, in thread_id order); per statement kind, one multi-row statement
+        (step commits, journal writes) or one executemany (the rest); COMMIT."""
+        batch.sort(key=_thread_of)
+        groups: dict[bytes, list[int]] = {}
+        for i, job in enumerate(batch):
+            groups.setdefault(job[0], []).append(i)
         stats = self._stats
         stats["batches"] += 1
         stats["batched_writes"] += len(batch)
         stats["largest_batch"] = max(stats["largest_batch"], len(batch))
+        firsts: list[TupleRow | None] = [None] * len(batch)
         try:
             if self._cursor is None or self._cursor.connection.closed:
                 await self._new_cursor()
             conn = self._commit_conn
             assert conn is not None
-            plan: list[tuple[psycopg.AsyncCursor[TupleRow], _Key | None]] = []
             try:
-                # BEGIN .. COMMIT sent in one pipeline: one round trip for the whole batch.
-                async with conn.pipeline():
-                    await conn.execute(_BEGIN)
-                    for query, jobs in groups:
-                        cur = conn.cursor()
-                        seq = [job[1] for job in jobs]
-                        bulk = self._bulk.get(query)
-                        if bulk is not None and len(jobs) > 1 and bulk[2](seq):
-                            arrays = {name: [p[name] for p in seq] for name in seq[0]}
-                            await cur.execute(bulk[0], arrays)
-                            plan.append((cur, bulk[1]))
-                        else:
-                            await cur.executemany(query, seq, returning=True)
-                            plan.append((cur, None))
-                    await conn.execute(b"COMMIT")
+                plan = await self._send_batch(conn, batch, groups)
             except BaseException:
                 await _rollback(conn)
                 raise
-            firsts: list[TupleRow | None] = []
-            for (cur, key), (_, jobs) in zip(plan, groups, strict=True):
-                if key is not None:
-                    done = {tuple(row) for row in await cur.fetchall()}
-                    firsts.extend(_OK if key(job[1]) in done else None for job in jobs)
-                    continue
-                firsts.append(await cur.fetchone())
-                while cur.nextset():
-                    firsts.append(await cur.fetchone())
         except psycopg.Error as exc:
             if _is_disconnect(exc):
                 # The outcome is unknown: re-running could commit twice. Report it to all.
@@ -1049,13 +1026,55 @@ class PostgresStore:
             for job in batch:
                 await self._commit_one(job)
             return
-        if len(firsts) != len(batch):  # cannot happen; never guess which job committed
-            err = StoreError(f"group commit returned {len(firsts)} results for {len(batch)}")
-            for job in batch:
-                _fail(job[3], err)
-            return
-        for (_, _, _, fut), first in zip(batch, firsts, strict=True):
-            _done(fut, first)
+        # Committed. (Anything raised from here fails the batch's callers; nothing retries.)
+        for cur, members, key in plan:
+            if key is not None:
+                done = {tuple(row) for row in await cur.fetchall()}
+                for i in members:
+                    firsts[i] = _OK if key(batch[i][1]) in done else None
+                continue
+            results = [await cur.fetchone()]
+            while cur.nextset():
+                results.append(await cur.fetchone())
+            if len(results) != len(members):  # cannot happen; never guess which is which
+                raise StoreError(f"group commit: {len(results)} results for {len(members)}")
+            for i, row in zip(members, results, strict=True):
+                firsts[i] = row
+        for job, first in zip(batch, firsts, strict=True):
+            _done(job[3], first)
+
+    async def _send_batch(
+        self, conn: Conn, batch: list[_Job], groups: dict[bytes, list[int]]
+    ) -> list[tuple[psycopg.AsyncCursor[TupleRow], list[int], _Key | None]]:
+        """Send the batch's transaction in one pipeline; (cursor, its jobs, row key) per
+        statement. Raises the first statement's error, if any."""
+        plan: list[tuple[psycopg.AsyncCursor[TupleRow], list[int], _Key | None]] = []
+        failure: psycopg.Error | None = None
+        try:
+            async with conn.pipeline():
+                try:
+                    await conn.execute(_BEGIN)
+                    await conn.execute(self._q["lock_batch"],
+                                       {"ids": sorted({job[2] for job in batch})})
+                    for query, members in groups.items():
+                        cur = conn.cursor()
+                        seq = [batch[i][1] for i in members]
+                        bulk = self._bulk.get(query)
+                        if bulk is not None and len(seq) > 1 and bulk[2](seq):
+                            await cur.execute(bulk[0], {k: [p[k] for p in seq] for k in seq[0]})
+                            plan.append((cur, members, bulk[1]))
+                        else:
+                            await cur.executemany(query, seq, returning=True)
+                            plan.append((cur, members, None))
+                    await conn.execute(b"COMMIT")
+                except psycopg.Error as exc:  # caught in here, or psycopg logs it as ignored
+                    failure = exc
+        except psycopg.Error:
+            if failure is None:
+                raise
+        if failure is not None:  # (the pipeline's exit then only says "pipeline aborted")
+            raise failure
+        return plan
 
     def statistics(self) -> dict[str, int]:
         """Group commit counters: batches, batched_writes, largest_batch, batch_retries."""

@@ -644,6 +644,7 @@ class SQLiteStore:
             cancelled = [r[0] for r in conn.execute(q["cancel_tree"],
                                                     {"thread_id": thread_id}).fetchall()]
             for tid in cancelled:
+                conn.execute(q["cancel_interrupts"], {"thread_id": tid})
                 if compensate:
                     conn.execute(q["add_compensations"], {
                         "thread_id": tid, "step": COMPENSATION_STEP, "names": comp_names})

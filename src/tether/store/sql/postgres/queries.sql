@@ -192,11 +192,19 @@ SELECT u.thread_id, %(step)s, %(node)s, %(next_node)s, %(kind)s, %(data)s, %(wor
 FROM u
 RETURNING 1;
 
+-- name: lock_batch
+-- First statement of a group-commit transaction: locks the run rows of every write in the
+-- batch, in thread_id order (the order every multi-row lock takes, so none can deadlock with
+-- another). The batch's later statements then read those rows as they are now.
+SELECT 1 FROM runs
+WHERE thread_id = ANY(%(ids)s::text[]) AND status = 'running'
+ORDER BY thread_id
+FOR NO KEY UPDATE;
+
 -- name: commit_steps
--- Group commit of many plain commit_steps (distinct runs) in one statement: each row fenced
--- on its own epoch, exactly as commit_step. l locks the matching rows in thread_id order (the
--- order every multi-row lock takes) and re-checks epoch and status on their latest versions;
--- only those are moved and get their checkpoint. Returns the thread_ids committed.
+-- Many plain commit_steps (distinct runs) in one statement, inside a group commit after
+-- lock_batch: each row fenced on its own epoch exactly as commit_step; only the runs that
+-- match move and get their checkpoint. Returns the thread_ids committed.
 WITH x AS (
     SELECT * FROM unnest(%(thread_id)s::text[], %(epoch)s::bigint[], %(step)s::bigint[],
                          %(node)s::text[], %(next_node)s::text[], %(kind)s::text[],
@@ -205,12 +213,6 @@ WITH x AS (
                          %(status)s::text[], %(wake_at)s::float8[], %(waiting_for)s::text[])
         AS x(thread_id, epoch, step, node, next_node, kind, data, worker, attempt, started_at,
              finished_at, status, wake_at, waiting_for)
-),
-l AS (
-    SELECT r.thread_id FROM runs r JOIN x ON r.thread_id = x.thread_id AND r.epoch = x.epoch
-    WHERE r.status = 'running'
-    ORDER BY r.thread_id
-    FOR NO KEY UPDATE OF r
 ),
 u AS (
     UPDATE runs
@@ -221,7 +223,7 @@ u AS (
         lease_expires_at = CASE WHEN x.status = 'running' THEN runs.lease_expires_at END,
         updated_at = extract(epoch FROM clock_timestamp())::float8
     FROM x
-    WHERE runs.thread_id = x.thread_id AND runs.thread_id IN (SELECT thread_id FROM l)
+    WHERE runs.thread_id = x.thread_id AND runs.epoch = x.epoch AND runs.status = 'running'
     RETURNING runs.thread_id
 )
 INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
@@ -232,23 +234,17 @@ FROM x JOIN u ON u.thread_id = x.thread_id
 RETURNING thread_id;
 
 -- name: insert_journals
--- Group commit of many record_calls in one statement, each fenced like insert_journal: r
--- share-locks the runs in thread_id order and reads their latest epoch. Returns the
--- (thread_id, step, idx) journaled.
+-- Many record_calls in one statement, inside a group commit after lock_batch (which holds
+-- off any claim of these runs until the batch commits): each fenced on its own epoch.
+-- Returns the (thread_id, step, idx) journaled.
 WITH x AS (
     SELECT * FROM unnest(%(thread_id)s::text[], %(epoch)s::bigint[], %(step)s::bigint[],
                          %(idx)s::int[], %(name)s::text[], %(result)s::bytea[])
         AS x(thread_id, epoch, step, idx, name, result)
-),
-r AS (
-    SELECT thread_id, epoch FROM runs
-    WHERE thread_id IN (SELECT thread_id FROM x) AND status = 'running'
-    ORDER BY thread_id
-    FOR SHARE
 )
 INSERT INTO journal (thread_id, step, idx, name, result)
 SELECT x.thread_id, x.step, x.idx, x.name, x.result
-FROM x JOIN r ON r.thread_id = x.thread_id AND r.epoch = x.epoch
+FROM x JOIN runs r ON r.thread_id = x.thread_id AND r.epoch = x.epoch AND r.status = 'running'
 RETURNING thread_id, step, idx;
 
 -- name: commit_step_notify
@@ -311,6 +307,47 @@ woke AS MATERIALIZED (
     SELECT pg_notify('tether_work', v.version)
     FROM (SELECT version FROM k UNION SELECT version FROM u WHERE status = 'queued'
           UNION SELECT version FROM wp) v
+)
+SELECT (SELECT count(*) FROM woke) FROM c;
+
+-- name: commit_step_wake
+-- commit_step that releases the run as queued (announced) or finishes it, waking its parent
+-- if that is parked in join (see commit_step_notify); no children. One row back = committed.
+WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
+u AS (
+    UPDATE runs
+    SET step = %(step)s, node = %(next_node)s, status = %(status)s,
+        attempt = CASE WHEN %(status)s = 'running' THEN 1 ELSE 0 END, failures = 0,
+        wake_at = %(wake_at)s, waiting_for = %(waiting_for)s,
+        lease_owner = CASE WHEN %(status)s = 'running' THEN lease_owner END,
+        lease_expires_at = CASE WHEN %(status)s = 'running' THEN lease_expires_at END,
+        updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status = 'running'
+    RETURNING thread_id, version, status, parent_thread_id
+),
+c AS (
+    INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
+                             started_at, finished_at)
+    SELECT u.thread_id, %(step)s, %(node)s, %(next_node)s, %(kind)s, %(data)s, %(worker)s,
+           %(attempt)s, %(started_at)s, %(finished_at)s
+    FROM u
+    RETURNING thread_id
+),
+lk AS (
+    SELECT r.thread_id, r.status, r.waiting_for FROM runs r
+    WHERE r.thread_id = (SELECT parent_thread_id FROM u
+                         WHERE status IN ('completed', 'failed', 'cancelled'))
+    FOR NO KEY UPDATE
+),
+wp AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL, updated_at = t.now
+    FROM lk, t
+    WHERE runs.thread_id = lk.thread_id AND lk.status = 'waiting' AND lk.waiting_for = 'join'
+    RETURNING runs.version
+),
+woke AS MATERIALIZED (
+    SELECT pg_notify('tether_work', v.version)
+    FROM (SELECT version FROM u WHERE status = 'queued' UNION SELECT version FROM wp) v
 )
 SELECT (SELECT count(*) FROM woke) FROM c;
 

@@ -149,7 +149,13 @@ ON CONFLICT (thread_id, step, idx) DO NOTHING;
 UPDATE interrupts
 SET value = :value, status = 'resolved', resolved_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE thread_id = :thread_id AND status = 'pending' AND (:id IS NULL OR id = :id)
+  AND EXISTS (SELECT 1 FROM runs WHERE thread_id = :thread_id AND status = 'waiting')
 RETURNING step, idx, id;
+
+-- name: cancel_interrupts
+-- A cancelled run's questions are withdrawn from the inbox.
+UPDATE interrupts SET status = 'cancelled', resolved_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE thread_id = :thread_id AND status = 'pending';
 
 -- name: journal_value
 INSERT INTO journal (thread_id, step, idx, name, result)
