@@ -187,7 +187,8 @@ class Context:
         elif any(e.key == key for e in self.effects):
             raise DuplicateEffectKey(f"effect key {key!r} used twice in one step")
         apply = handler.tx_apply if handler.transactional else None
-        self.effects.append(EffectRow(key, idx, name, data, apply))
+        self.effects.append(EffectRow(key, idx, name, data, apply,
+                                      compensable=handler.compensate is not None))
         return key
 
     def send(self, thread_id: str, message: Any) -> None:

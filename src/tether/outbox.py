@@ -16,6 +16,7 @@ for good or is cancelled, the `compensate` handlers of its effects run in revers
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
@@ -82,7 +83,9 @@ def make_handler(
 
 
 class Dispatcher:
-    """Claims due effects and performs them; runs inside a worker's TaskGroup."""
+    """Claims due effects and performs them; runs inside a worker's TaskGroup. The worker's
+    heartbeat renews the effect leases (a slow handler keeps its effect); on shutdown the
+    worker waits for handlers within its grace period, then gives their effects back."""
 
     def __init__(self, store: Store, handlers: dict[str, EffectHandler], worker: str, *,
                  lease_ttl: float, poll_interval: float, concurrency: int = 100) -> None:
@@ -94,8 +97,15 @@ class Dispatcher:
         self.concurrency = concurrency
         self.names = [h.name for h in handlers.values() if not h.transactional]
         self.performed = 0
-        self._active = 0
+        self.tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
+        # The latest claim of each effect in flight: a re-claim of our own (our lease expired
+        # while the handler ran) bumps the epoch, and the done mark must carry the new one.
+        self._current: dict[tuple[str, str], EffectRecord] = {}
         self._stopping = False
+
+    @property
+    def active(self) -> bool:
+        return bool(self._current)
 
     def stop(self) -> None:
         self._stopping = True
@@ -107,7 +117,7 @@ class Dispatcher:
         wake = self.store.effects_available
         while not self._stopping:
             wake.clear()
-            free = self.concurrency - self._active
+            free = self.concurrency - len(self.tasks)
             claimed: list[EffectRecord] = []
             if free > 0:
                 try:
@@ -116,8 +126,10 @@ class Dispatcher:
                 except StoreError as exc:
                     log.warning("effect claim failed: %s", exc)
                 for effect in claimed:
-                    self._active += 1
-                    tg.create_task(self._perform(effect))
+                    k = (effect.thread_id, effect.key)
+                    self._current[k] = effect
+                    if k not in self.tasks:
+                        self.tasks[k] = tg.create_task(self._perform(k))
                 if claimed:
                     continue
             try:
@@ -126,17 +138,36 @@ class Dispatcher:
             except TimeoutError:
                 pass
 
-    async def _perform(self, effect: EffectRecord) -> None:
+    async def give_back(self, timeout: float) -> None:
+        """Shutdown: wait for handlers up to `timeout`, then cancel the rest and return their
+        effects to pending so another worker performs them at once."""
+        if not self.tasks:
+            return
+        _, late = await asyncio.wait(list(self.tasks.values()), timeout=timeout)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late)
+
+    async def _perform(self, k: tuple[str, str]) -> None:
         try:
-            await self._call(effect)
+            await self._call(k)
+        except asyncio.CancelledError:
+            effect = self._current.get(k)
+            if effect is not None:
+                with contextlib.suppress(StoreError):
+                    await self.store.fail_effect(effect, "the worker stopped during the handler",
+                                                 0.0)
+            raise
         except StoreError as exc:  # the lease expires and another attempt follows
-            log.warning("effect %s/%s: could not record the outcome: %s",
-                        effect.thread_id, effect.key, exc)
+            log.warning("effect %s/%s: could not record the outcome: %s", k[0], k[1], exc)
         finally:
-            self._active -= 1
+            self.tasks.pop(k, None)
+            self._current.pop(k, None)
             self.store.effects_available.set()
 
-    async def _call(self, effect: EffectRecord) -> None:
+    async def _call(self, k: tuple[str, str]) -> None:
+        effect = self._current[k]
         handler = self.handlers[effect.name]
         payload = serde.loads(effect.payload)
         try:
@@ -146,13 +177,14 @@ class Dispatcher:
                 result = await self._compensate(handler, effect, payload)
             data = serde.dumps(result, f"result of effect {effect.name!r}")
         except Exception as exc:
+            effect = self._current[k]
             delay = handler.retry.next_delay(effect.attempts, exc)
             level = logging.WARNING if delay is None else logging.INFO
             log.log(level, "effect %s/%s attempt %d failed (%r)%s", effect.thread_id, effect.key,
                     effect.attempts, exc, "; dead" if delay is None else f"; retry in {delay:.2f}s")
             await self.store.fail_effect(effect, f"{type(exc).__name__}: {exc}", delay)
             return
-        if await self.store.complete_effect(effect, data):
+        if await self.store.complete_effect(self._current[k], data):
             self.performed += 1
         else:
             log.info("effect %s/%s: lease lost before done; another attempt will record it",

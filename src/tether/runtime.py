@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,6 @@ from .errors import (
     ResumeConflict,
     RunNotFound,
     SerializationError,
-    TetherError,
 )
 from .outbox import EffectHandler, make_handler
 from .retry import RetryPolicy
@@ -37,6 +37,7 @@ from .store.base import (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger("tether.runtime")
 
 
 class RunStatus(StrEnum):
@@ -201,7 +202,10 @@ class Runtime:
             poll_interval=self.settings.poll_interval,
             snapshot_every=self.settings.snapshot_every,
         )
-        other.effect_handlers = dict(self.effect_handlers)
+        for h in self.effect_handlers.values():  # re-checked for the other database's dialect
+            other.effect_handlers[h.name] = make_handler(
+                h.name, h.fn, retry=h.retry, compensate=h.compensate,
+                transactional=h.transactional, dialect=other.store.dialect)
         return other
 
     def add_agent(self, agent: Agent) -> None:
@@ -390,7 +394,8 @@ class Runtime:
             ids = list(self._finished)
             try:
                 statuses = await self.store.run_statuses(ids)
-            except TetherError:
+            except Exception:  # a store outage must not kill the waiters' only poller
+                log.warning("checking finished runs failed; retrying", exc_info=True)
                 continue
             for tid in ids:
                 status = statuses.get(tid)

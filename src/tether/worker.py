@@ -173,14 +173,16 @@ class Worker:
         """Shutdown: let in-flight steps finish within the grace period, then cancel the
         rest and release every lease still held so other workers resume at once."""
         self._stopping = True
+        grace = self.settings.shutdown_grace
         if self._tasks:
             pending = list(self._tasks.values())
             log.info("worker %s: finishing %d in-flight steps", self.id, len(pending))
-            _, late = await asyncio.wait(pending, timeout=self.settings.shutdown_grace)
+            _, late = await asyncio.wait(pending, timeout=grace)
             for task in late:
                 task.cancel()
             if late:
                 await asyncio.wait(late)
+        await self.dispatcher.give_back(timeout=grace)
         leases = list(self._orphans.values()) + list(self._leases.values())
         self._orphans.clear()
         if leases:
@@ -200,6 +202,8 @@ class Worker:
                     await self.store.release_runs(orphans)
                     for le in orphans:
                         self._orphans.pop(le.thread_id, None)
+                if self.dispatcher.active:
+                    await self.store.renew_effect_leases(self.id, self.settings.lease_ttl)
                 if not self._tasks:
                     continue
                 driving = set(self._tasks)

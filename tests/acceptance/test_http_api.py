@@ -239,8 +239,6 @@ def test_cancel_waiting_sleeping_and_running_runs(procs: Procs) -> None:
         assert c.get(f"/runs/{running}").json()["step"] == step
 
 
-@pytest.mark.xfail(strict=True, reason="store bug: cancelling a waiting run leaves its interrupt "
-                   "pending; it stays in the inbox and a resume of it succeeds (value lost)")
 def test_a_cancelled_run_cannot_be_resumed(procs: Procs) -> None:
     server = procs.serve(worker=True)
     with server.client() as c:

@@ -156,6 +156,8 @@ class EffectRow:
     apply: Callable[[Any, bytes, str], Any] | None = None
     """Transactional effects only: called as apply(connection, payload, key) inside the
     step's transaction (sync on SQLite, async on Postgres)."""
+    compensable: bool = False
+    """Its handler has a compensate: a failure or cancel, from any process, undoes it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,8 +329,9 @@ class Store(Protocol):
     async def cancel_run(
         self, thread_id: str, compensate: Sequence[str] = ()
     ) -> RunRecord | None:
-        """Cancel a non-terminal run at once, bumping the epoch so its holder commits
-        nothing more, and queue compensations for its effects named in `compensate`.
+        """Cancel a non-terminal run and its descendants at once, bumping their epochs so
+        their holders commit nothing more, withdraw their pending interrupts, and queue
+        compensations for their effects that are compensable or named in `compensate`.
         Returns the run as it is now (terminal runs unchanged)."""
 
     effects_available: asyncio.Event
@@ -339,6 +342,9 @@ class Store(Protocol):
     ) -> list[EffectRecord]:
         """Lease due effects with these handler names, at most one per run at a time and in
         each run's request order; each claim bumps the effect's epoch and attempts."""
+
+    async def renew_effect_leases(self, worker: str, lease_ttl: float) -> None:
+        """Extend every effect lease `worker` holds (a slow handler keeps its effect)."""
 
     async def complete_effect(self, effect: EffectRecord, result: bytes) -> bool:
         """Mark done with the result, fenced by the effect epoch; False if the lease was lost."""

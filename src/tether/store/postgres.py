@@ -627,6 +627,7 @@ class PostgresStore:
         params["e_names"] = [e.name for e in effects]
         params["e_payloads"] = [e.payload for e in effects]
         params["e_statuses"] = ["pending" if e.apply is None else "done" for e in effects]
+        params["e_compensables"] = [e.compensable for e in effects]
         applied = [e for e in effects if e.apply is not None]
         if len(set(params["e_keys"])) < len(effects):
             raise DuplicateEffectKey(f"run {tid!r}: an effect key is used twice in one step")
@@ -853,6 +854,14 @@ class PostgresStore:
         params = {"thread_id": effect.thread_id, "key": effect.key, "epoch": effect.epoch,
                   "result": result}
         return bool(await self._fetchall(self._q["complete_effect"], params))
+
+    async def renew_effect_leases(self, worker: str, lease_ttl: float) -> None:
+        params = {"worker": worker, "ttl": float(lease_ttl)}
+        await self._fetchall(self._q["renew_effect_leases"], params, idempotent=True)
+
+    async def run_statuses(self, thread_ids: Sequence[str]) -> dict[str, str]:
+        rows = await self._read(self._q["run_statuses"], {"ids": list(thread_ids)})
+        return {r[0]: r[1] for r in rows}
 
     async def fail_effect(self, effect: EffectRecord, error: str, delay: float | None) -> bool:
         params = {"thread_id": effect.thread_id, "key": effect.key, "epoch": effect.epoch,

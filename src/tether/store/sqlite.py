@@ -423,6 +423,10 @@ class SQLiteStore:
 
         def job(conn: sqlite3.Connection) -> bool:
             if effects:
+                if len({e.key for e in effects}) != len(effects):
+                    raise DuplicateEffectKey(
+                        f"run {lease.thread_id!r}: an effect key is used twice in step "
+                        f"{commit.step}; explicit effect keys must be unique within a run")
                 keys = orjson.dumps([e.key for e in effects]).decode()
                 taken = conn.execute(q["effect_keys_taken"],
                                      {"thread_id": lease.thread_id, "keys": keys}).fetchall()
@@ -476,7 +480,8 @@ class SQLiteStore:
         for e in commit.effects:
             conn.execute(q["insert_effect"], {
                 "thread_id": tid, "key": e.key, "step": step, "idx": e.idx, "name": e.name,
-                "payload": e.payload, "status": "pending" if e.apply is None else "done"})
+                "payload": e.payload, "status": "pending" if e.apply is None else "done",
+                "compensable": e.compensable})
             if e.apply is not None:
                 try:
                     e.apply(conn, e.payload, e.key)
@@ -549,14 +554,12 @@ class SQLiteStore:
             raise LeaseLost(f"run {lease.thread_id!r}: lease lost; failure not recorded")
         if not final:
             self.work_available.set()
-        elif compensate:
+        else:
             self.effects_available.set()
 
     def _compensations(
         self, thread_id: str, names: Sequence[str]
-    ) -> Callable[[sqlite3.Connection], None] | None:
-        if not names:
-            return None
+    ) -> Callable[[sqlite3.Connection], None]:
         q = self._q["add_compensations"]
         params = {"thread_id": thread_id, "step": COMPENSATION_STEP,
                   "names": orjson.dumps(list(names)).decode()}
@@ -645,9 +648,8 @@ class SQLiteStore:
                                                     {"thread_id": thread_id}).fetchall()]
             for tid in cancelled:
                 conn.execute(q["cancel_interrupts"], {"thread_id": tid})
-                if compensate:
-                    conn.execute(q["add_compensations"], {
-                        "thread_id": tid, "step": COMPENSATION_STEP, "names": comp_names})
+                conn.execute(q["add_compensations"], {
+                    "thread_id": tid, "step": COMPENSATION_STEP, "names": comp_names})
             if cancelled:
                 conn.execute(q["wake_parent"], {"thread_id": thread_id})
             row = conn.execute(q["get_run"], {"thread_id": thread_id}).fetchone()
@@ -655,8 +657,7 @@ class SQLiteStore:
 
         result: RunRecord | None = await self._w(job)
         self.work_available.set()
-        if compensate:
-            self.effects_available.set()
+        self.effects_available.set()
         return result
 
     # -- outbox ----------------------------------------------------------------------------
@@ -669,6 +670,10 @@ class SQLiteStore:
                   "limit": limit, "ttl": lease_ttl}
         rows = await self._w(lambda c: c.execute(q, params).fetchall())
         return [EffectRecord(*r) for r in rows]
+
+    async def renew_effect_leases(self, worker: str, lease_ttl: float) -> None:
+        q = self._q["renew_effect_leases"]
+        await self._w(lambda c: c.execute(q, {"worker": worker, "ttl": lease_ttl}))
 
     async def complete_effect(self, effect: EffectRecord, result: bytes) -> bool:
         q = self._q["complete_effect"]

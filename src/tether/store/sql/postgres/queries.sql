@@ -147,7 +147,7 @@ l AS (
 ),
 u AS (
     UPDATE runs
-    SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, attempt = 0,
+    SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL,
         updated_at = extract(epoch FROM clock_timestamp())::float8
     WHERE thread_id IN (SELECT thread_id FROM l)
     RETURNING version
@@ -361,7 +361,6 @@ WITH u AS (
         node = CASE WHEN %(final)s THEN NULL ELSE node END,
         failures = %(failures)s, wake_at = %(wake_at)s::float8, error = %(error)s::bytea,
         lease_owner = NULL, lease_expires_at = NULL,
-        attempt = CASE WHEN %(final)s THEN attempt ELSE 0 END,
         updated_at = extract(epoch FROM clock_timestamp())::float8
     WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status = 'running'
     RETURNING version
@@ -462,12 +461,13 @@ sm AS (
 ),
 e AS (
     INSERT INTO outbox (thread_id, key, step, idx, name, payload, status, next_attempt_at,
-                        compensates, created_at)
+                        compensates, created_at, compensable, attempts, done_at)
     SELECT u.thread_id, x.key, %(step)s, x.idx, x.name, x.payload, x.status, t.now, NULL,
-           t.now
+           t.now, x.compensable, CASE WHEN x.status = 'done' THEN 1 ELSE 0 END,
+           CASE WHEN x.status = 'done' THEN t.now END
     FROM u, t, unnest(%(e_keys)s::text[], %(e_idxs)s::bigint[], %(e_names)s::text[],
-                   %(e_payloads)s::bytea[], %(e_statuses)s::text[])
-         AS x(key, idx, name, payload, status)
+                   %(e_payloads)s::bytea[], %(e_statuses)s::text[], %(e_compensables)s::bool[])
+         AS x(key, idx, name, payload, status, compensable)
     ON CONFLICT DO NOTHING  -- a used key: effect_keys_taken reports it, the caller rolls back
 )
 SELECT 1 FROM c;
@@ -528,7 +528,7 @@ comp AS (
            o.name, o.payload, 'pending', t.now, o.key, t.now
     FROM t, outbox o JOIN u ON o.thread_id = u.thread_id
     WHERE o.compensates IS NULL AND o.status IN ('pending', 'running', 'done')
-      AND o.name = ANY(%(names)s::text[])
+      AND (o.compensable OR o.name = ANY(%(names)s::text[]))
     ON CONFLICT DO NOTHING
     RETURNING 1
 ),
@@ -650,6 +650,7 @@ WITH r AS (
         resolved_at = extract(epoch FROM clock_timestamp())::float8
     WHERE thread_id = %(thread_id)s AND status = 'pending'
       AND (%(id)s::text IS NULL OR id = %(id)s::text)
+      AND EXISTS (SELECT 1 FROM runs WHERE thread_id = %(thread_id)s AND status = 'waiting')
     RETURNING thread_id, step, idx, id, payload, value, status, created_at, resolved_at
 ),
 j AS (
@@ -708,6 +709,10 @@ c AS (
     WHERE thread_id IN (SELECT id FROM tree) AND status NOT IN ('completed', 'failed', 'cancelled')
     RETURNING thread_id
 ),
+ci AS (  -- a cancelled run's questions are withdrawn from the inbox
+    UPDATE interrupts SET status = 'cancelled', resolved_at = (SELECT now FROM t)
+    WHERE thread_id IN (SELECT thread_id FROM c) AND status = 'pending'
+),
 comp AS (
     INSERT INTO outbox (thread_id, key, step, idx, name, payload, status, next_attempt_at,
                         compensates, created_at)
@@ -715,7 +720,7 @@ comp AS (
            o.name, o.payload, 'pending', t.now, o.key, t.now
     FROM t, outbox o JOIN c ON o.thread_id = c.thread_id
     WHERE o.compensates IS NULL AND o.status IN ('pending', 'running', 'done')
-      AND o.name = ANY(%(names)s::text[])
+      AND (o.compensable OR o.name = ANY(%(names)s::text[]))
     ON CONFLICT DO NOTHING
     RETURNING 1
 ),
@@ -782,6 +787,16 @@ WITH u AS (
 ),
 fx AS MATERIALIZED (SELECT pg_notify('tether_effects', '') FROM u WHERE status = 'pending')
 SELECT (SELECT count(*) FROM fx) FROM u;
+
+-- name: renew_effect_leases
+-- One statement renews every effect lease a worker's dispatcher holds.
+UPDATE outbox
+SET lease_expires_at = extract(epoch FROM clock_timestamp())::float8 + %(ttl)s::float8
+WHERE lease_owner = %(worker)s AND status = 'running'
+RETURNING 1;
+
+-- name: run_statuses
+SELECT thread_id, status FROM runs WHERE thread_id = ANY(%(ids)s::text[]);
 
 -- name: get_effect
 SELECT thread_id, key, step, idx, name, payload, status, attempts, epoch, next_attempt_at,

@@ -183,10 +183,13 @@ LIMIT :limit;
 SELECT key FROM outbox WHERE thread_id = :thread_id AND key IN (SELECT value FROM json_each(:keys));
 
 -- name: insert_effect
+-- A transactional effect is stored done (performed in this very transaction).
 INSERT INTO outbox (thread_id, key, step, idx, name, payload, status, next_attempt_at, compensates,
-                    created_at)
+                    created_at, compensable, attempts, done_at)
 VALUES (:thread_id, :key, :step, :idx, :name, :payload, :status, (julianday('now') - 2440587.5) * 86400.0,
-        NULL, (julianday('now') - 2440587.5) * 86400.0);
+        NULL, (julianday('now') - 2440587.5) * 86400.0, :compensable,
+        CASE WHEN :status = 'done' THEN 1 ELSE 0 END,
+        CASE WHEN :status = 'done' THEN (julianday('now') - 2440587.5) * 86400.0 END);
 
 -- name: claim_effects
 -- Leases due effects whose handler this worker has; a run's effects go strictly in order:
@@ -233,8 +236,13 @@ SELECT thread_id, key || ':compensate', :step, -(step * 100000 + idx), name, pay
        (julianday('now') - 2440587.5) * 86400.0, key, (julianday('now') - 2440587.5) * 86400.0
 FROM outbox
 WHERE thread_id = :thread_id AND compensates IS NULL AND status IN ('pending', 'running', 'done')
-  AND name IN (SELECT value FROM json_each(:names))
+  AND (compensable = 1 OR name IN (SELECT value FROM json_each(:names)))
 ON CONFLICT DO NOTHING;
+
+-- name: renew_effect_leases
+-- One statement renews every effect lease a worker's dispatcher holds.
+UPDATE outbox SET lease_expires_at = (julianday('now') - 2440587.5) * 86400.0 + :ttl
+WHERE lease_owner = :worker AND status = 'running';
 
 -- name: get_effect
 SELECT thread_id, key, step, idx, name, payload, status, attempts, epoch, next_attempt_at,

@@ -94,6 +94,7 @@ CREATE TABLE outbox (
     compensates      TEXT,
     created_at       DOUBLE PRECISION NOT NULL,
     done_at          DOUBLE PRECISION,
+    compensable      BOOLEAN NOT NULL DEFAULT false,  -- had a compensate handler when requested
     PRIMARY KEY (thread_id, key)
 );
 CREATE INDEX outbox_due ON outbox (status, next_attempt_at);

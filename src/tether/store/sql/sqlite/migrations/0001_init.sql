@@ -92,6 +92,7 @@ CREATE TABLE outbox (
     compensates      TEXT,
     created_at       REAL NOT NULL,
     done_at          REAL,
+    compensable      INTEGER NOT NULL DEFAULT 0,  -- its handler had a compensate at request time
     PRIMARY KEY (thread_id, key)
 );
 CREATE INDEX outbox_due ON outbox (status, next_attempt_at);
