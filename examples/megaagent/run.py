@@ -58,16 +58,23 @@ async def main(argv: list[str] | None = None) -> dict[str, Any]:
         run = await runtime.start(app.boss, {"groups": groups, "workers_per_group": per_group})
         print(f"boss {run.thread_id}: {groups} groups x {per_group} workers = {total_agents} agents",
               flush=True)
-        kills = 0
+        kills = last_done = 0
         if args.kill or "--subprocess" in sys.argv:
             proc = start_worker(args.db, args.concurrency)
             try:
                 while kills < args.kill:
-                    await asyncio.sleep(1.5 + kills)
+                    # Kill when a growing share of the agents has finished: mid-way, at any scale.
+                    # (and only once the restarted worker has made progress of its own).
+                    target = total_agents * (kills + 1) // (args.kill + 2)
+                    while True:
+                        await asyncio.sleep(0.05)
+                        done = len(await runtime.list_runs(status="completed", limit=1_000_000))
+                        if done >= target and done > last_done:
+                            break
+                    last_done = done
                     proc.send_signal(signal.SIGKILL)
                     proc.wait()
                     kills += 1
-                    done = len(await runtime.list_runs(status="completed", limit=100_000))
                     print(f"SIGKILLed the worker ({kills}/{args.kill}); {done} runs completed so "
                           "far; restarting it", flush=True)
                     proc = start_worker(args.db, args.concurrency)

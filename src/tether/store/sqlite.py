@@ -552,9 +552,8 @@ class SQLiteStore:
 
         if not await self._w(job):
             raise LeaseLost(f"run {lease.thread_id!r}: lease lost; failure not recorded")
-        if not final:
-            self.work_available.set()
-        else:
+        self.work_available.set()  # retried later, or a parent parked in join woke up
+        if final:
             self.effects_available.set()
 
     def _compensations(
