@@ -147,10 +147,11 @@ async def cmd_runs_list(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
-    table = Table("thread_id", "agent", "status", "step", "node", "version", "attempt", "error")
+    table = Table("thread_id", "agent", "status", "actor", "step", "node", "version",
+                  "attempt", "error")
     for r in runs:
-        table.add_row(r.thread_id, r.agent, r.status.value, str(r.step), r.node or "",
-                      r.version, str(r.attempt), str(r.error or ""))
+        table.add_row(r.thread_id, r.agent, r.status.value, r.actor_state or "", str(r.step),
+                      r.node or "", r.version, str(r.attempt), str(r.error or ""))
     _console().print(table)
     return 0
 

@@ -98,6 +98,11 @@ class RunSummary(BaseModel):
     forked_step: int | None
     lease_owner: str | None
     wake_at: float | None
+    waiting_for: str | None = Field(
+        None, description="What a waiting run waits for: interrupt, mail or join")
+    actor_state: str | None = Field(
+        None, description="For actors: idle (parked for mail) or processing")
+    inbox_depth: int | None = Field(None, description="Unconsumed messages (single-run reads)")
 
     @classmethod
     def of(cls, run: Run) -> RunSummary:

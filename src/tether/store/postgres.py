@@ -1,25 +1,26 @@
 """Postgres store: any number of workers on any number of machines share one database.
 
 Connections: a psycopg 3 async pool (autocommit) for everything but step writes; one pooled
-connection kept by the writer for commit_step and record_call; one dedicated connection
-LISTENing on `tether_work` and `tether_effects`. Most operations are one SQL statement.
+connection kept by the writer for commit_step, record_call and create_run; one dedicated
+connection LISTENing on `tether_work` and `tether_effects`. Most operations are one statement.
 
-Group commit: plain step commits and journal writes are fenced single statements on the
-writer connection. One that finds the writer idle runs at once, in the caller's task (the
-sequential case pays nothing for batching). Writes arriving while it is busy queue up; the
-committer task sends each queue-full as one transaction in pipeline mode (one round trip and
-one WAL flush for the lot; runs of the same statement go as one executemany). Each write is
-fenced on its own (a stale epoch matches no row; it does not raise), so a lost lease never
-affects its batch-mates; if the transaction raises, its writes are retried one by one so only
-the culprit fails.
+Group commit: the writer's statements are fenced single statements. One that finds the writer
+idle runs at once, in the caller's task (the sequential case pays nothing for batching).
+Writes arriving while it is busy queue up; the committer task sends each queue-full as one
+transaction in one pipeline, one round trip and one WAL flush for the lot: BEGIN; lock_batch
+(every run row involved, in thread_id order); all step commits as one multi-row statement, all
+journal writes as another, the rest as executemany; COMMIT. Each write is fenced on its own
+(a stale epoch matches no row; it does not raise), so a lost lease never affects its
+batch-mates; if the transaction raises, its writes are retried one by one so only the culprit
+fails. get_run is coalesced the same way: calls made while one is in flight share a statement.
 
-Multi-statement writes (steps that send mail, record effects or finish, parks into join,
-cancels, final failures) run in a transaction on a pooled connection that first locks every
-run row it will touch (lock_runs, lock_tree), and only then reads them for a decision: in READ
+Multi-statement writes (steps that send mail or record effects, parks into join, cancels,
+final failures) run in a transaction on a pooled connection that first locks every run row
+it will touch (lock_runs, lock_tree), and only then reads them for a decision: in READ
 COMMITTED a conditional UPDATE skips a row whose change it cannot see yet, so without the
-lock a park and the wake-up meant for it could miss each other. All multi-row locks are taken
-in thread_id order (group commits too) so they cannot deadlock one another; a deadlock with
-anything else rolls the transaction back whole and it is retried.
+lock a park and the wake-up meant for it could miss each other. Every multi-row lock is taken
+in thread_id order, so none can deadlock with another; a deadlock with anything else rolls
+the transaction back whole and it is retried.
 
 Wake-ups: a write that makes a run claimable (or an effect due) calls pg_notify in the same
 transaction; the listener turns notifications into `work_available` / `effects_available`, at
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -102,6 +102,7 @@ _TX_ATTEMPTS: Final = 3
 _BEGIN: Final = b"BEGIN"
 # (query, params, thread_id, future of the statement's first row: None = the fence failed)
 _Job = tuple[bytes, Params, str, "asyncio.Future[TupleRow | None]"]
+_ReadJob = tuple[bytes, Params, "asyncio.Future[list[TupleRow]]"]
 
 
 def redact_url(url: str) -> str:
@@ -216,8 +217,9 @@ class PostgresStore:
         self._listener: asyncio.Task[None] | None = None
         self._listen_conn: Conn | None = None
         self._healer: asyncio.Task[None] | None = None
-        self._run_waiters: dict[str, list[asyncio.Future[RunRecord | None]]] = {}
-        self._run_reader: asyncio.Task[None] | None = None
+        self._reads: deque[_ReadJob] = deque()
+        self._reader: asyncio.Task[None] | None = None
+        self._reading = False  # a hot read is in flight
         self.work_available = asyncio.Event()
         self.effects_available = asyncio.Event()
 
@@ -323,7 +325,7 @@ class PostgresStore:
         if listen_conn is not None:
             with contextlib.suppress(psycopg.Error, OSError):
                 await listen_conn.close()
-        reader, self._run_reader = self._run_reader, None
+        reader, self._reader = self._reader, None
         if reader is not None:
             await asyncio.wait([reader])  # answers the callers it has, from the open pool
         healer, self._healer = self._healer, None
@@ -379,6 +381,85 @@ class PostgresStore:
 
     async def _read_one(self, query: bytes, params: Params | None = None) -> TupleRow | None:
         return await self._fetchone(query, params, idempotent=True)
+
+    async def _hot_read(self, query: bytes, params: Params) -> list[TupleRow]:
+        """A short per-run read (get_run, load_journal...). The first caller runs it at once;
+        reads issued while one is in flight queue up and go together, in one pipeline, on one
+        connection: a worker claiming a thousand runs, or a thousand runtime.wait calls, cost
+        one round trip per batch, not a pool checkout each."""
+        self._need_pool()
+        if not self._reading:
+            self._reading = True
+            try:
+                return await self._fetchall(query, params, idempotent=True)
+            finally:
+                self._reading = False
+                if self._reads:
+                    self._start_reader()
+        fut: asyncio.Future[list[TupleRow]] = asyncio.get_running_loop().create_future()
+        self._reads.append((query, params, fut))
+        return await fut
+
+    async def _hot_read_one(self, query: bytes, params: Params) -> TupleRow | None:
+        rows = await self._hot_read(query, params)
+        return rows[0] if rows else None
+
+    def _start_reader(self) -> None:
+        self._reading = True
+        self._reader = asyncio.create_task(self._read_loop(), name="tether-pg-reader")
+
+    async def _read_loop(self) -> None:
+        try:
+            while self._reads:
+                batch = [self._reads.popleft() for _ in range(min(len(self._reads), _MAX_BATCH))]
+                await self._read_batch(batch)
+        finally:
+            self._reading = False
+            if self._reads:  # arrived as we finished, or we were cancelled
+                self._start_reader()
+
+    async def _read_batch(self, batch: list[_ReadJob]) -> None:
+        groups: dict[bytes, list[_ReadJob]] = {}
+        for job in batch:
+            groups.setdefault(job[0], []).append(job)
+        try:
+            async with self._need_pool().connection() as conn:
+                plan: list[tuple[psycopg.AsyncCursor[TupleRow], list[_ReadJob]]] = []
+                failure: psycopg.Error | None = None
+                try:
+                    async with conn.pipeline():
+                        try:
+                            for query, jobs in groups.items():
+                                cur = conn.cursor()
+                                await cur.executemany(query, [j[1] for j in jobs],
+                                                      returning=True)
+                                plan.append((cur, jobs))
+                        except psycopg.Error as exc:  # caught here, or psycopg logs it
+                            failure = exc
+                except psycopg.Error:
+                    if failure is None:
+                        raise
+                if failure is not None:
+                    raise failure
+                for cur, jobs in plan:
+                    results = [await cur.fetchall()]
+                    while cur.nextset():
+                        results.append(await cur.fetchall())
+                    for (_, _, fut), rows in zip(jobs, results, strict=True):
+                        if not fut.done():
+                            fut.set_result(rows)
+        except Exception:  # one bad read or a lost connection: each read on its own, retried
+            for query, params, fut in batch:
+                if fut.done():
+                    continue
+                try:
+                    rows = await self._fetchall(query, params, idempotent=True)
+                except Exception as exc:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                else:
+                    if not fut.done():
+                        fut.set_result(rows)
 
     def _lost(self, exc: psycopg.Error) -> StoreError:
         """_error() for the committer: a lost connection is replaced before the next write
@@ -491,36 +572,8 @@ class PostgresStore:
         return _same_run(_run(found), new, "thread_id"), False
 
     async def get_run(self, thread_id: str) -> RunRecord | None:
-        # Coalesced: every get_run issued while one is in flight (e.g. a thousand runtime.wait
-        # polls) is answered by the next single get_runs statement.
-        self._need_pool()
-        fut: asyncio.Future[RunRecord | None] = asyncio.get_running_loop().create_future()
-        self._run_waiters.setdefault(thread_id, []).append(fut)
-        if self._run_reader is None or self._run_reader.done():
-            self._run_reader = asyncio.create_task(self._read_runs(), name="tether-pg-get-run")
-        return await fut
-
-    async def _read_runs(self) -> None:
-        await asyncio.sleep(0)  # the callers of this loop iteration join the first statement
-        while self._run_waiters:
-            ids = list(itertools.islice(self._run_waiters, _MAX_BATCH))
-            waiters = {tid: self._run_waiters.pop(tid) for tid in ids}
-            try:
-                rows = await self._read(self._q["get_runs"], {"ids": ids})
-            except Exception as exc:  # every waiter gets its own exception object
-                for futs in waiters.values():
-                    for fut in futs:
-                        if not fut.done():
-                            err = (type(exc)(str(exc)) if isinstance(exc, StoreError)
-                                   else StoreError(f"get_run failed: {exc!r}"))
-                            err.__cause__ = exc.__cause__ if isinstance(exc, StoreError) else exc
-                            fut.set_exception(err)
-                continue
-            found = {row[0]: _run(row) for row in rows}
-            for tid, futs in waiters.items():
-                for fut in futs:
-                    if not fut.done():
-                        fut.set_result(found.get(tid))
+        row = await self._hot_read_one(self._q["get_run"], {"thread_id": thread_id})
+        return None if row is None else _run(row)
 
     async def list_runs(
         self,
@@ -585,7 +638,8 @@ class PostgresStore:
             raise LeaseLost(f"run {lease.thread_id!r}: lease lost before journaling call {idx}")
 
     async def load_journal(self, thread_id: str, step: int) -> list[JournalRecord]:
-        rows = await self._read(self._q["load_journal"], {"thread_id": thread_id, "step": step})
+        rows = await self._hot_read(
+            self._q["load_journal"], {"thread_id": thread_id, "step": step})
         return [JournalRecord(r[0], r[1], r[2]) for r in rows]
 
     async def commit_step(self, commit: StepCommit) -> None:
@@ -807,11 +861,12 @@ class PostgresStore:
         return mid
 
     async def load_inbox(self, thread_id: str, limit: int = 1000) -> list[MessageRecord]:
-        rows = await self._read(self._q["load_inbox"], {"thread_id": thread_id, "limit": limit})
+        rows = await self._hot_read(
+            self._q["load_inbox"], {"thread_id": thread_id, "limit": limit})
         return [MessageRecord(*r) for r in rows]
 
     async def inbox_depth(self, thread_id: str) -> int:
-        row = await self._read_one(self._q["inbox_depth"], {"thread_id": thread_id})
+        row = await self._hot_read_one(self._q["inbox_depth"], {"thread_id": thread_id})
         return int(row[0]) if row is not None else 0
 
     async def group_members(self, group: str) -> list[str]:
@@ -832,7 +887,7 @@ class PostgresStore:
         return InterruptRecord(*row[:9])
 
     async def get_interrupt(self, interrupt_id: str) -> InterruptRecord | None:
-        row = await self._read_one(self._q["get_interrupt"], {"id": interrupt_id})
+        row = await self._hot_read_one(self._q["get_interrupt"], {"id": interrupt_id})
         return None if row is None else InterruptRecord(*row)
 
     async def list_interrupts(
@@ -872,7 +927,8 @@ class PostgresStore:
         return ok
 
     async def get_effect(self, thread_id: str, key: str) -> EffectRecord | None:
-        row = await self._read_one(self._q["get_effect"], {"thread_id": thread_id, "key": key})
+        row = await self._hot_read_one(
+            self._q["get_effect"], {"thread_id": thread_id, "key": key})
         return None if row is None else EffectRecord(*row)
 
     async def list_effects(
@@ -893,7 +949,7 @@ class PostgresStore:
         self, thread_id: str, upto: int | None = None
     ) -> list[CheckpointRecord]:
         params = {"thread_id": thread_id, "upto": _NO_LIMIT if upto is None else upto}
-        return [_checkpoint(r) for r in await self._read(self._q["load_checkpoints"], params)]
+        return [_checkpoint(r) for r in await self._hot_read(self._q["load_checkpoints"], params)]
 
     async def checkpoints(self, thread_id: str) -> list[CheckpointRecord]:
         rows = await self._read(self._q["checkpoints"], {"thread_id": thread_id})

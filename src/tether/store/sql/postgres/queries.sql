@@ -67,13 +67,6 @@ SELECT thread_id, agent, version, status, node, step, attempt, failures, input, 
        parent_thread_id, forked_from, forked_step, created_at, updated_at
 FROM runs WHERE thread_id = %(thread_id)s;
 
--- name: get_runs
--- Many get_run calls made at once, answered by one statement.
-SELECT thread_id, agent, version, status, node, step, attempt, failures, input, input_hash,
-       idempotency_key, lease_owner, lease_expires_at, epoch, wake_at, waiting_for, error,
-       parent_thread_id, forked_from, forked_step, created_at, updated_at
-FROM runs WHERE thread_id = ANY(%(ids)s::text[]);
-
 -- name: get_run_by_key
 SELECT thread_id, agent, version, status, node, step, attempt, failures, input, input_hash,
        idempotency_key, lease_owner, lease_expires_at, epoch, wake_at, waiting_for, error,
