@@ -646,7 +646,7 @@ class PostgresStore:
         lease, terminal = commit.lease, commit.status in TERMINAL
         if (commit.effects or commit.messages or commit.consumed or commit.groups
                 or commit.waiting_for == "mail"):
-            await self._transaction(self._committer_tx(commit, terminal))
+            await self._transaction(self._commit_tx(commit, terminal))
         else:
             params = _step_params(commit)
             if commit.children:
@@ -665,7 +665,7 @@ class PostgresStore:
         if commit.effects:
             self.effects_available.set()
 
-    def _committer_tx(self, commit: StepCommit, terminal: bool) -> _TxBody[None]:
+    def _commit_tx(self, commit: StepCommit, terminal: bool) -> _TxBody[None]:
         """A step carrying mail, effects, groups, or waking another run: one transaction that
         locks every run row it touches first (lock_runs), then writes (commit_step_tx), then
         wakes (wake_after_commit), in three statements and as few round trips."""
