@@ -1,6 +1,7 @@
 """Run tether's benchmark workloads and print the results with their goals.
 
-    python -m bench.run [--backend sqlite|postgres|both] [--workloads W1,W2,L] [--quick]
+    python -m bench.run [--backend sqlite|postgres|both] [--workloads W1,W2,W5,E,M,L] [--quick]
+                        [--timeout SECONDS]
 
 Each workload runs in a fresh subprocess (`python -m bench.workloads ...`), so peak RSS is that
 workload's alone. Results are printed as JSON lines (the shared WORKLOADS.md format) as they
@@ -30,11 +31,14 @@ from .workloads import PG_ADMIN_URL, Result
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.md"
-WORKLOADS = ("W1", "W2", "L")
+WORKLOADS = ("W1", "W2", "W5", "E", "M", "L")
 LOAD_AT_START = os.getloadavg()[0]
 TIMEOUT_S = 900.0  # per workload process; the workloads give up sooner themselves
+M_TIMEOUT_S = 300.0  # default cap of one megaagent run (--timeout)
+M_GRACE_S = 120.0  # on top of it for the M process: setup, verification, dropping the database
 
-# (workload, metric) -> backend -> (comparison, threshold, goal text). From issue 2.
+# (workload, metric) -> backend -> (comparison, threshold, goal text). From issues 2 (W1, W2),
+# 4 (W5), 3 (E) and 5 (M).
 Goal = tuple[str, float, str]
 GOALS: dict[tuple[str, str], dict[str, Goal]] = {
     ("W1", "checkpoints_per_s"): {"sqlite": (">=", 2000, ">= 2,000/s"),
@@ -43,6 +47,11 @@ GOALS: dict[tuple[str, str], dict[str, Goal]] = {
     ("W2", "wall_over_ideal_1k"): {b: ("<=", 1.5, "<= 1.5x") for b in ("sqlite", "postgres")},
     ("W2", "wall_over_ideal_10k"): {b: ("<=", 5.0, "<= 5x") for b in ("sqlite", "postgres")},
     ("W2", "peak_rss_mib_10k"): {b: ("<=", 1024, "<= 1 GiB") for b in ("sqlite", "postgres")},
+    ("W5", "suspend_s_10k"): {b: ("<=", 5.0, "<= 5 s") for b in ("sqlite", "postgres")},
+    ("W5", "rss_delta_mib_10k"): {b: ("<=", 50.0, "<= 50 MiB") for b in ("sqlite", "postgres")},
+    ("W5", "resume_finish_s_10k"): {b: ("<=", 5.0, "<= 5 s") for b in ("sqlite", "postgres")},
+    ("E", "effects_per_s"): {"postgres": (">=", 5000, ">= 5,000/s")},
+    ("M", "cost_ratio_10k_over_100"): {b: ("<=", 1.5, "<= 1.5x") for b in ("sqlite", "postgres")},
 }
 # The same-run physical limit W1 is compared with: one durable commit per row, one connection.
 RAW_REFERENCE = {"sqlite": "single_full_rows_per_s", "postgres": "single_1conn_rows_per_s"}
@@ -52,18 +61,19 @@ RAW_REFERENCE = {"sqlite": "single_full_rows_per_s", "postgres": "single_1conn_r
 class Job:
     backend: str
     workload: str
-    arg: str | None = None
+    args: tuple[str, ...] = ()
     label: str = ""
+    timeout: float = TIMEOUT_S
     results: list[Result] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
 
     def argv(self) -> list[str]:
-        extra = [self.arg] if self.arg is not None else []
-        return [sys.executable, "-m", "bench.workloads", self.workload, self.backend, *extra]
+        return [sys.executable, "-m", "bench.workloads", self.workload, self.backend, *self.args]
 
 
-def plan(backends: list[str], workloads: list[str], quick: bool) -> list[Job]:
+def plan(backends: list[str], workloads: list[str], quick: bool,
+         m_timeout: float = M_TIMEOUT_S) -> list[Job]:
     jobs: list[Job] = []
     for backend in backends:
         for w in workloads:
@@ -71,9 +81,19 @@ def plan(backends: list[str], workloads: list[str], quick: bool) -> list[Job]:
                 jobs.append(Job(backend, "W1", label="W1"))
             elif w == "W2":
                 for runs in (1000,) if quick else (1000, 10000):
-                    jobs.append(Job(backend, "W2", str(runs), label=f"W2 R={runs:,}"))
+                    jobs.append(Job(backend, "W2", (str(runs),), label=f"W2 R={runs:,}"))
+            elif w == "W5":
+                runs = 1000 if quick else 10000
+                jobs.append(Job(backend, "W5", (str(runs),), label=f"W5 R={runs:,}"))
+            elif w == "E":
+                n = 2000 if quick else 10000
+                jobs.append(Job(backend, "E", (str(n),), label=f"E N={n:,}"))
+            elif w == "M":
+                for agents in (100, 1000) if quick else (100, 1000, 10000):
+                    jobs.append(Job(backend, "M", (str(agents), f"{m_timeout:g}"),
+                                    label=f"M {agents:,} agents", timeout=m_timeout + M_GRACE_S))
             elif w == "L":
-                jobs.append(Job(backend, "L", "0.75" if quick else "2.0", label="L"))
+                jobs.append(Job(backend, "L", ("0.75" if quick else "2.0",), label="L"))
     return jobs
 
 
@@ -85,11 +105,11 @@ def run_job(job: Job, console: Console) -> None:
     proc = subprocess.Popen(job.argv(), cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        out, err = proc.communicate(timeout=TIMEOUT_S)
+        out, err = proc.communicate(timeout=job.timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
-        job.error = f"timed out after {TIMEOUT_S:.0f} s"
+        job.error = f"timed out after {job.timeout:.0f} s (process killed)"
     job.seconds = time.monotonic() - t0
     for line in out.splitlines():
         if not line.startswith("{"):
@@ -107,7 +127,9 @@ def run_job(job: Job, console: Console) -> None:
 
 
 def ratios(jobs: list[Job]) -> list[Result]:
-    """W1 checkpoints/s over the same run's raw single-row commit rate on that backend."""
+    """Ratios across workload processes of the same bench.run: W1 checkpoints/s over the raw
+    single-row commit rate on that backend; megaagent cost per agent at 10,000 (and 1,000)
+    agents over the cost per agent at 100."""
     out: list[Result] = []
     found = {(r.backend, r.workload, r.metric): r.value for j in jobs for r in j.results}
     for backend, ref_metric in RAW_REFERENCE.items():
@@ -115,6 +137,13 @@ def ratios(jobs: list[Job]) -> list[Result]:
         ref = found.get((backend, "L", ref_metric))
         if w1 and ref:
             out.append(Result(backend, "W1", "checkpoints_vs_raw_commit", round(w1 / ref, 3), "x"))
+    for backend in RAW_REFERENCE:
+        base = found.get((backend, "M", "cost_per_agent_ms_100"))
+        for s in ("1k", "10k"):
+            cost = found.get((backend, "M", f"cost_per_agent_ms_{s}"))
+            if base and cost:
+                out.append(Result(backend, "M", f"cost_ratio_{s}_over_100", round(cost / base, 3),
+                                  "x"))
     return out
 
 
@@ -130,6 +159,8 @@ def check(result: Result) -> tuple[str, bool | None]:
 def fmt(value: float, unit: str) -> str:
     if unit == "bytes":
         return f"{value / 1e6:,.2f} MB ({int(value):,})"
+    if unit == "count":
+        return f"{int(value):,}"
     if unit in ("1/s", "MiB") or abs(value) >= 100:
         return f"{value:,.1f}"
     return f"{value:,.3f}"
@@ -139,9 +170,11 @@ Row = tuple[str, str, str, str, str, str, str]
 
 
 def rows(jobs: list[Job], extra: list[Result]) -> list[Row]:
+    """Table rows; each cross-process ratio follows the last job of its backend and workload."""
     out: list[Row] = []
-    for job in jobs:
-        attached = [r for r in extra if job.workload == "W1" and r.backend == job.backend]
+    last = {(j.backend, j.workload): i for i, j in enumerate(jobs)}
+    for i, job in enumerate(jobs):
+        attached = [r for r in extra if last.get((r.backend, r.workload)) == i]
         for r in [*job.results, *attached]:
             goal, ok = check(r)
             met = "" if ok is None else ("yes" if ok else "NO")
@@ -171,8 +204,11 @@ def machine() -> list[str]:
             version = conn.execute("SHOW server_version").fetchone()
             fsync = conn.execute("SHOW fsync").fetchone()
             sync = conn.execute("SHOW synchronous_commit").fetchone()
+            autovacuum = conn.execute("SHOW autovacuum").fetchone()
         info.append(f"Postgres {version[0] if version else '?'} (fsync={fsync[0] if fsync else '?'}, "
-                    f"synchronous_commit={sync[0] if sync else '?'})")
+                    f"synchronous_commit={sync[0] if sync else '?'}, "
+                    f"autovacuum={autovacuum[0] if autovacuum else '?'}: with it off, a fresh "
+                    "table is never ANALYZEd during a run)")
     except Exception as exc:
         info.append(f"Postgres not reachable at {PG_ADMIN_URL}: {exc}")
     return info
@@ -206,9 +242,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
     parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
     parser.add_argument("--workloads", default=",".join(WORKLOADS),
-                        help="comma-separated subset of W1,W2,L (default: all)")
+                        help=f"comma-separated subset of {','.join(WORKLOADS)} (default: all)")
     parser.add_argument("--quick", action="store_true",
-                        help="W2 with 1,000 runs only, shorter L measurements")
+                        help="smaller sizes: W2 and W5 with 1,000 runs, E with 2,000 effects, "
+                             "M at 100 and 1,000 agents, shorter L measurements")
+    parser.add_argument("--timeout", type=float, default=M_TIMEOUT_S,
+                        help="seconds one megaagent run (M) may take before it is reported as "
+                             "failed (default: %(default)g)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="markdown table (default: %(default)s)")
     args = parser.parse_args(argv)
     workloads = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
@@ -219,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
-    jobs = plan(backends, workloads, args.quick)
+    jobs = plan(backends, workloads, args.quick, args.timeout)
     progress = Console(stderr=True)
     for job in jobs:
         run_job(job, progress)
@@ -231,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     table = Table(title="tether benchmarks", title_justify="left")
     for name, justify in (("Backend", "left"), ("Workload", "left"), ("Metric", "left"),
                           ("Value", "right"), ("Unit", "left"), ("Goal", "left"), ("Met", "left")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify,  # type: ignore[arg-type]
+                         no_wrap=name in ("Backend", "Workload", "Metric", "Unit"))
     styles = {"yes": "green", "NO": "bold red", "FAILED": "bold red"}
     for row in table_rows:
         table.add_row(*row, style=styles.get(row[6]))

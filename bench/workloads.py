@@ -1,4 +1,5 @@
-"""tether on the shared benchmark workloads W1, W2 and L (see ../shared/WORKLOADS.md).
+"""tether on the shared benchmark workloads W1, W2, W5 and L (see ../shared/WORKLOADS.md), the
+effect dispatcher (E) and the megaagent example at scale (M).
 
 Each workload runs in a process of its own (bench/run.py starts one per workload, so peak RSS
 is per workload) and prints one JSON line per result:
@@ -6,14 +7,16 @@ is per workload) and prints one JSON line per result:
     {"system": "tether", "backend": "sqlite", "workload": "W1", "metric": "checkpoints_per_s",
      "value": 2345.6, "unit": "1/s"}
 
-Run one directly with `python -m bench.workloads W1 sqlite` (W2 takes the number of runs:
-`python -m bench.workloads W2 postgres 10000`).
+Run one directly with `python -m bench.workloads W1 sqlite` (W2 and W5 take the number of runs,
+E the number of effects, M the number of agents and a timeout in seconds:
+`python -m bench.workloads W2 postgres 10000`, `python -m bench.workloads M sqlite 1000 300`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import itertools
 import json
 import os
@@ -28,6 +31,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -42,6 +46,14 @@ W1_THREADS, W1_STEPS, W1_MSG_BYTES = 200, 20, 256
 W1_RUN_DEADLINE = 15.0  # s for one 20-step W1 run before the workload is declared stuck
 W2_STEPS = 5
 W2_DELAY = (0.05, 0.15)
+W5_CONCURRENCY = 1000  # worker slots; a run holds one only until it parks at the interrupt
+W5_PHASE_DEADLINE = 120.0  # s for each of suspend and resume before the workload gives up
+W5_RESUME_CHUNK = 500  # runtime.resume calls in flight at once
+E_EFFECTS_PER_RUN = 10  # E dispatch: N effects requested by N / 10 runs, 10 per step
+E_DEADLINE = 120.0  # s to produce the effects, and for the overhead runs' effects to drain
+E_DISPATCH_DEADLINE = 60.0  # s of dispatch before the workload reports what it got and gives up
+E_OVERHEAD_ROUNDS, E_OVERHEAD_THREADS, E_OVERHEAD_STEPS = 10, 10, 20
+MEGA_RUN = Path(__file__).resolve().parent.parent / "examples" / "megaagent" / "run.py"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +69,15 @@ class Result:
                            "metric": self.metric, "value": self.value, "unit": self.unit})
 
 
+class PartialFailure(RuntimeError):
+    """A workload that failed after measuring something: the results it has are printed
+    before the error."""
+
+    def __init__(self, message: str, results: list[Result]) -> None:
+        super().__init__(message)
+        self.results = results
+
+
 def emit(result: Result) -> None:
     print(result.to_json(), flush=True)
 
@@ -68,6 +89,15 @@ def peak_rss_mib() -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def current_rss_mib() -> float:
+    """This process's resident set size right now (VmRSS) in MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -332,6 +362,438 @@ async def w2(backend: str, runs: int) -> list[Result]:
     ]
 
 
+# -- W5: suspended runs ----------------------------------------------------------------------
+
+w5_agent = tether.Agent("bench_w5")
+
+
+@w5_agent.node(start=True)
+async def w5_ask(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
+    answer = ctx.interrupt({"question": "approve?", "i": state["i"]})
+    return tether.finish({"answer": answer})
+
+
+class StatusCounts:
+    """Counts runs by status with one SQL query on a connection of its own (not the runtime's
+    store): what a dashboard polling the database would see."""
+
+    Q = "SELECT status, count(*) FROM runs GROUP BY status"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._sqlite: sqlite3.Connection | None = None
+        self._pg: psycopg.AsyncConnection[Any] | None = None
+
+    async def __aenter__(self) -> StatusCounts:
+        if self.url.startswith("sqlite"):
+            self._sqlite = sqlite3.connect(sqlite_path(self.url), isolation_level=None)
+        else:
+            self._pg = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._sqlite is not None:
+            self._sqlite.close()
+        if self._pg is not None:
+            await self._pg.close()
+
+    async def get(self) -> dict[str, int]:
+        if self._sqlite is not None:
+            rows = self._sqlite.execute(self.Q).fetchall()  # a few ms; readers never block in WAL
+        else:
+            assert self._pg is not None
+            rows = await (await self._pg.execute(self.Q.encode())).fetchall()
+        return {str(status): int(n) for status, n in rows}
+
+    async def until(self, status: str, n: int, deadline: float, what: str,
+                    interval: float = 0.05) -> float:
+        """Poll until `n` runs have `status`; returns perf_counter() at that poll. Raises
+        RuntimeError (with the counts) at perf_counter() >= deadline."""
+        while True:
+            counts = await self.get()
+            now = time.perf_counter()
+            if counts.get(status, 0) >= n:
+                return now
+            if now >= deadline:
+                raise RuntimeError(f"{what}: {counts.get(status, 0):,} of {n:,} runs {status} "
+                                   f"when the workload gave up (runs by status: {counts})")
+            await asyncio.sleep(interval)
+
+
+async def w5(backend: str, runs: int) -> list[Result]:
+    """`runs` runs each reach ctx.interrupt; one in-process worker. Time to suspend all, RSS
+    while they are suspended against idle RSS, time to resume all and finish."""
+    async with bench_db(backend) as url:
+        runtime = tether.Runtime(url, agents=[w5_agent], version="bench")
+        await runtime.migrate()
+        async with runtime, StatusCounts(url) as counts:
+            stop = asyncio.Event()
+            worker = asyncio.create_task(runtime.work(concurrency=W5_CONCURRENCY, stop=stop))
+            # Warm-up outside the clock: one run through interrupt, resume and finish (imports,
+            # connections, statement caches), then let the worker settle before idle RSS.
+            await runtime.start(w5_agent, {"i": -1}, thread_id="warmup")
+            await counts.until("waiting", 1, time.perf_counter() + 30, "W5 warm-up")
+            await runtime.resume("warmup", {"approved": True, "i": -1})
+            warm = await runtime.wait("warmup", timeout=30)
+            assert warm.state["answer"] == {"approved": True, "i": -1}, warm.state
+            await asyncio.sleep(0.5)
+            idle_rss = current_rss_mib()
+
+            t0 = time.perf_counter()
+            for lo in range(0, runs, 1000):  # started in chunks; no Run objects kept
+                await asyncio.gather(*(
+                    runtime.start(w5_agent, {"i": i}, thread_id=f"w5-{i:05d}")
+                    for i in range(lo, min(lo + 1000, runs))))
+            t_started = time.perf_counter()
+            t_suspended = await counts.until("waiting", runs, t0 + W5_PHASE_DEADLINE,
+                                             "W5 suspend")
+            await asyncio.sleep(0.5)  # let the worker finish its bookkeeping
+            suspended_rss = current_rss_mib()
+            by_status = await counts.get()
+            if by_status.get("waiting", 0) != runs:
+                raise RuntimeError(f"W5: expected {runs} waiting runs, found {by_status}")
+
+            async def resume(i: int) -> None:
+                await runtime.resume(f"w5-{i:05d}", {"approved": True, "i": i})
+
+            t1 = time.perf_counter()
+            for lo in range(0, runs, W5_RESUME_CHUNK):
+                await asyncio.gather(*(resume(i) for i in range(lo, min(lo + W5_RESUME_CHUNK, runs))))
+            t_resumed = time.perf_counter()
+            t_done = await counts.until("completed", runs + 1, t1 + W5_PHASE_DEADLINE,
+                                        "W5 resume")
+            finished_rss = current_rss_mib()
+            await stop_worker(stop, worker)
+            by_status = await counts.get()
+            if by_status != {"completed": runs + 1}:
+                raise RuntimeError(f"W5: runs by status at the end: {by_status}")
+            for i in random.Random(5).sample(range(runs), min(runs, 20)):
+                run = await runtime.get(f"w5-{i:05d}")
+                if run.state.get("answer") != {"approved": True, "i": i}:
+                    raise RuntimeError(f"W5: run {i} finished with {run.state}")
+    s = w2_suffix(runs)
+
+    def r(metric: str, value: float, unit: str) -> Result:
+        return Result(backend, "W5", f"{metric}_{s}", round(value, 3), unit)
+
+    return [
+        r("start_s", t_started - t0, "s"),
+        r("suspend_s", t_suspended - t0, "s"),
+        r("idle_rss_mib", idle_rss, "MiB"),
+        r("suspended_rss_mib", suspended_rss, "MiB"),
+        r("rss_delta_mib", suspended_rss - idle_rss, "MiB"),
+        r("resume_calls_s", t_resumed - t1, "s"),
+        r("resume_finish_s", t_done - t1, "s"),
+        r("finished_rss_mib", finished_rss, "MiB"),
+        r("peak_rss_mib", peak_rss_mib(), "MiB"),
+    ]
+
+
+# -- E: effects ------------------------------------------------------------------------------
+
+e_producer = tether.Agent("bench_e_producer")
+
+
+@e_producer.node(start=True)
+async def e_produce(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
+    for i in range(state["n"]):
+        ctx.effect("noop", {"i": i})
+    return tether.finish({})
+
+
+async def noop_effect(payload: Any, key: str) -> None:
+    return None
+
+
+async def without_dispatch(runtime: tether.Runtime, stop: asyncio.Event, concurrency: int,
+                           name: str) -> asyncio.Task[None]:
+    """Start the runtime's in-process worker, then register effect `name`'s no-op handler:
+    the worker's dispatcher takes the handler names when it is built, so this worker commits
+    the effects its steps request (ctx.effect finds the handler) but never performs them.
+    src is untouched; callers check the outbox to be sure."""
+    worker = asyncio.create_task(runtime.work(concurrency=concurrency, stop=stop))
+    while not runtime._workers:
+        if worker.done():
+            await worker  # raises what stopped it
+        await asyncio.sleep(0.001)
+    runtime.effect(name)(noop_effect)
+    return worker
+
+
+async def outbox_counts(url: str) -> dict[str, int]:
+    q = "SELECT status, count(*) FROM outbox GROUP BY status"
+    if url.startswith("sqlite"):
+        conn = sqlite3.connect(sqlite_path(url))
+        try:
+            rows = conn.execute(q).fetchall()
+        finally:
+            conn.close()
+    else:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
+            rows = await (await aconn.execute(q.encode())).fetchall()
+    return {str(status): int(n) for status, n in rows}
+
+
+async def e_dispatch(backend: str, effects: int, analyze: bool = False) -> list[Result]:
+    """`effects` effects committed first (by effects/10 runs, 10 per step, with no dispatcher
+    running), then one worker dispatches them to a no-op handler: effects/s from its first
+    claim to its last done mark. `analyze`: run ANALYZE on the database first (a diagnostic:
+    the planner then has statistics of the filled outbox). Raises PartialFailure with the
+    rate so far if the effects are not all done within E_DISPATCH_DEADLINE seconds."""
+    per_run = E_EFFECTS_PER_RUN
+    n_runs = effects // per_run
+    async with bench_db(backend) as url:
+        producer = tether.Runtime(url, agents=[e_producer], version="bench")
+        await producer.migrate()
+        async with producer:
+            stop = asyncio.Event()
+            worker = await without_dispatch(producer, stop, 1000, "noop")
+            for lo in range(0, n_runs, 1000):
+                await asyncio.gather(*(
+                    producer.start(e_producer, {"n": per_run}, thread_id=f"e-{i:05d}")
+                    for i in range(lo, min(lo + 1000, n_runs))))
+            async with StatusCounts(url) as counts:
+                await counts.until("completed", n_runs, time.perf_counter() + E_DEADLINE,
+                                   "E produce")
+            await stop_worker(stop, worker)
+        before = await outbox_counts(url)
+        if before != {"pending": n_runs * per_run}:
+            raise RuntimeError(f"E: expected {n_runs * per_run} pending effects, found {before}")
+        if analyze:
+            if backend == "sqlite":
+                conn = sqlite3.connect(sqlite_path(url))
+                try:
+                    conn.execute("ANALYZE")
+                finally:
+                    conn.close()
+            else:
+                async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
+                    await aconn.execute(b"ANALYZE")
+
+        runtime = tether.Runtime(url, agents=[e_producer], version="bench")
+        runtime.effect("noop")(noop_effect)
+        store = runtime.store
+        claim_inner, complete_inner = store.claim_effects, store.complete_effect
+        clock = time.perf_counter
+        first_claim: list[float] = []
+        claims: list[int] = []
+        done = [0]
+        all_done = asyncio.Event()
+        last_done = [0.0]
+        total = n_runs * per_run
+
+        async def claim_effects(*args: Any, **kwargs: Any) -> Any:
+            t = clock()
+            got = await claim_inner(*args, **kwargs)
+            if got:
+                if not first_claim:
+                    first_claim.append(t)
+                claims.append(len(got))
+            return got
+
+        async def complete_effect(*args: Any, **kwargs: Any) -> bool:
+            ok = await complete_inner(*args, **kwargs)
+            if ok:
+                done[0] += 1
+                last_done[0] = clock()
+                if done[0] >= total:
+                    all_done.set()
+            return ok
+
+        store.claim_effects = claim_effects  # type: ignore[method-assign]
+        store.complete_effect = complete_effect  # type: ignore[method-assign]
+        async with runtime:
+            stop = asyncio.Event()
+            worker = asyncio.create_task(runtime.work(concurrency=100, stop=stop))
+            try:
+                await asyncio.wait_for(all_done.wait(), E_DISPATCH_DEADLINE)
+                timed_out = False
+            except TimeoutError:
+                timed_out = True
+                last_done[0] = clock()  # the rate so far
+            await stop_worker(stop, worker)
+        after = await outbox_counts(url)
+        if not timed_out and after != {"done": total}:
+            raise RuntimeError(f"E: effects by status after dispatch: {after}")
+    sfx = "_analyzed" if analyze else ""
+    n_done = after.get("done", 0)
+    wall = last_done[0] - first_claim[0] if first_claim else float(E_DISPATCH_DEADLINE)
+    out = [
+        Result(backend, "E", f"effects_done{sfx}", n_done, "count"),
+        Result(backend, "E", f"dispatch_s{sfx}", round(wall, 3), "s"),
+        Result(backend, "E", f"effects_per_s{sfx}", round(n_done / wall, 1), "1/s"),
+        Result(backend, "E", f"claim_batches{sfx}", len(claims), "count"),
+        Result(backend, "E", f"claim_batch_mean{sfx}",
+               round(sum(claims) / len(claims), 1) if claims else 0, "count"),
+    ]
+    if timed_out:
+        raise PartialFailure(f"E dispatch{' after ANALYZE' if analyze else ''}: {n_done:,} of "
+                             f"{total:,} effects done within {E_DISPATCH_DEADLINE:.0f} s "
+                             f"(by status: {after})", out)
+    return out
+
+
+e_plain = tether.Agent("bench_e_plain")
+e_fx = tether.Agent("bench_e_fx")
+
+
+@e_plain.node(start=True)
+async def e_plain_step(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
+    msg = f"{ctx.thread_id} step {ctx.step} ".ljust(W1_MSG_BYTES, ".")
+    update = {"messages": tether.append([msg])}
+    if ctx.step < E_OVERHEAD_STEPS:
+        return tether.goto("e_plain_step", update)
+    return tether.finish(update)
+
+
+@e_fx.node(start=True)
+async def e_fx_step(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
+    msg = f"{ctx.thread_id} step {ctx.step} ".ljust(W1_MSG_BYTES, ".")
+    ctx.effect("noop", {"step": ctx.step})
+    update = {"messages": tether.append([msg])}
+    if ctx.step < E_OVERHEAD_STEPS:
+        return tether.goto("e_fx_step", update)
+    return tether.finish(update)
+
+
+async def e_overhead(backend: str) -> list[Result]:
+    """W1-style sequential runs (concurrency 1) in three variants, interleaved in rounds:
+    `plain` (no effect), `effect` (one ctx.effect per step; the same worker's dispatcher
+    performs them as they commit) and `effect_nodispatch` (one ctx.effect per step, on a
+    second database whose worker does not dispatch): the commit path's own cost apart from
+    the dispatcher's competing claims and done marks."""
+    variants = ("plain", "effect", "effect_nodispatch")
+    walls = dict.fromkeys(variants, 0.0)
+    async with bench_db(backend) as url, bench_db(backend) as url_nd:
+        runtime = tether.Runtime(url, agents=[e_plain, e_fx], version="bench")
+        runtime.effect("noop")(noop_effect)
+        runtime_nd = tether.Runtime(url_nd, agents=[e_fx], version="bench")
+        await runtime.migrate()
+        await runtime_nd.migrate()
+        commits = timed_commits(runtime)
+        commits_nd = timed_commits(runtime_nd)
+        async with runtime, runtime_nd:
+            stop = asyncio.Event()
+            worker = asyncio.create_task(runtime.work(concurrency=1, stop=stop))
+            worker_nd = await without_dispatch(runtime_nd, stop, 1, "noop")
+            target = {"plain": (runtime, e_plain), "effect": (runtime, e_fx),
+                      "effect_nodispatch": (runtime_nd, e_fx)}
+            for kind in variants:  # warm-up: connections, statement caches
+                rt, agent = target[kind]
+                warm = await rt.start(agent, {"messages": []}, thread_id=f"warm-{kind}")
+                await rt.wait(warm.thread_id, timeout=W1_RUN_DEADLINE)
+            for rnd in range(E_OVERHEAD_ROUNDS):
+                order = variants[rnd % 3:] + variants[:rnd % 3]
+                for kind in order:
+                    rt, agent = target[kind]
+                    t0 = time.perf_counter()
+                    for i in range(E_OVERHEAD_THREADS):
+                        tid = f"{kind}-{rnd:02d}-{i:03d}"
+                        await rt.start(agent, {"messages": []}, thread_id=tid)
+                        run = await rt.wait(tid, timeout=W1_RUN_DEADLINE)
+                        if run.status is not tether.RunStatus.COMPLETED:
+                            raise RuntimeError(f"E overhead: run {tid} ended {run.status}: "
+                                               f"{run.error}")
+                    walls[kind] += time.perf_counter() - t0
+            t_drain = time.perf_counter()
+            expected = (E_OVERHEAD_ROUNDS * E_OVERHEAD_THREADS + 1) * E_OVERHEAD_STEPS
+            while (await outbox_counts(url)).get("done", 0) < expected:
+                if time.perf_counter() - t_drain > E_DEADLINE:
+                    raise RuntimeError(f"E overhead: effects not all done: "
+                                       f"{await outbox_counts(url)}")
+                await asyncio.sleep(0.01)
+            drain = time.perf_counter() - t_drain
+            await stop_worker(stop, worker)
+            await stop_worker(stop, worker_nd)
+        nd = await outbox_counts(url_nd)
+        if nd != {"pending": expected}:
+            raise RuntimeError(f"E overhead: the non-dispatching worker's outbox is {nd}")
+    checkpoints = E_OVERHEAD_ROUNDS * E_OVERHEAD_THREADS * E_OVERHEAD_STEPS
+    commits.update(commits_nd)  # thread ids differ between the two
+    lat = {k: [end - begin for tid, cs in commits.items() if tid.startswith(k + "-")
+               for begin, end in cs] for k in variants}
+    for k, xs in lat.items():
+        if len(xs) != checkpoints:
+            raise RuntimeError(f"E overhead: {len(xs)} {k} checkpoints, expected {checkpoints}")
+    rate = {k: checkpoints / w for k, w in walls.items()}
+    p50 = {k: percentile(xs, 0.5) * 1e3 for k, xs in lat.items()}
+    out = [Result(backend, "E", f"checkpoints_per_s_{k}", round(rate[k], 1), "1/s")
+           for k in variants]
+    out += [Result(backend, "E", f"{k}_vs_plain", round(rate[k] / rate["plain"], 3), "x")
+            for k in variants[1:]]
+    out += [Result(backend, "E", f"commit_p50_ms_{k}", round(p50[k], 3), "ms") for k in variants]
+    out += [Result(backend, "E", f"commit_p50_overhead_ms_{k}", round(p50[k] - p50["plain"], 3),
+                   "ms") for k in variants[1:]]
+    out.append(Result(backend, "E", "effects_drain_after_last_run_s", round(drain, 3), "s"))
+    return out
+
+
+async def e_workload(backend: str, effects: int) -> list[Result]:
+    """Dispatch on a fresh outbox as a user gets it, dispatch again after ANALYZE (each with
+    its own database), then the commit overhead. A dispatch that gives up does not stop the
+    rest; the workload fails at the end with its message."""
+    out: list[Result] = []
+    errors: list[str] = []
+    for analyze in (False, True):
+        try:
+            out += await e_dispatch(backend, effects, analyze)
+        except PartialFailure as exc:
+            out += exc.results
+            errors.append(str(exc))
+    out += await e_overhead(backend)
+    out.append(Result(backend, "E", "peak_rss_mib", round(peak_rss_mib(), 1), "MiB"))
+    if errors:
+        raise PartialFailure("; ".join(errors), out)
+    return out
+
+
+# -- M: the megaagent example at scale -------------------------------------------------------
+
+
+async def run_counts(url: str) -> dict[str, int]:
+    """Runs by status, read directly (for the message of a run that gave up)."""
+    try:
+        async with StatusCounts(url) as counts:
+            return await counts.get()
+    except Exception as exc:  # the database may be gone or locked: the message says so
+        return {"error": repr(exc)}  # type: ignore[dict-item]
+
+
+async def mega(backend: str, agents: int, timeout: float) -> list[Result]:
+    """examples/megaagent/run.py's main (one in-process worker, verifies every result was
+    counted once) on a fresh database; gives up after `timeout` seconds."""
+    spec = importlib.util.spec_from_file_location("megaagent_run", MEGA_RUN)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    async with bench_db(backend) as url:
+        argv = ["--agents", str(agents), "--db", url, "--timeout", str(timeout)]
+        try:
+            # run.py prints progress (and a dict) on stdout: keep stdout for JSON lines.
+            with contextlib.redirect_stdout(sys.stderr):
+                async with asyncio.timeout(timeout):
+                    fig = await module.main(argv)
+        except TimeoutError:
+            raise RuntimeError(f"M: {agents:,} agents did not finish within {timeout:g} s "
+                               f"(runs by status: {await run_counts(url)})") from None
+        tables = await pg_bytes(url) if backend == "postgres" else None
+    s = w2_suffix(agents)
+    n = fig["agents"]
+    out = [
+        Result(backend, "M", f"agents_{s}", n, "count"),
+        Result(backend, "M", f"wall_s_{s}", fig["wall_s"], "s"),
+        Result(backend, "M", f"messages_{s}", fig["messages"], "count"),
+        Result(backend, "M", f"messages_per_s_{s}", fig["messages_per_s"], "1/s"),
+        Result(backend, "M", f"peak_rss_mib_{s}", fig["peak_rss_mib"], "MiB"),
+        Result(backend, "M", f"db_bytes_{s}", fig["db_bytes"], "bytes"),
+    ]
+    if tables is not None:
+        out.append(Result(backend, "M", f"table_bytes_{s}", tables, "bytes"))
+    out.append(Result(backend, "M", f"cost_per_agent_ms_{s}", round(fig["wall_s"] / n * 1e3, 3),
+                      "ms"))
+    return out
+
+
 # -- L: physical limits ----------------------------------------------------------------------
 
 PAYLOAD = b"x" * W1_MSG_BYTES
@@ -450,20 +912,36 @@ async def limits(backend: str, seconds: float) -> list[Result]:
 # -- entry point for one workload process ----------------------------------------------------
 
 
-async def run_workload(workload: str, backend: str, arg: str | None) -> list[Result]:
+async def run_workload(workload: str, backend: str, arg: str | None,
+                       timeout: float = 300.0) -> list[Result]:
     if workload == "W1":
         return await w1(backend)
     if workload == "W2":
         return await w2(backend, int(arg or 1000))
+    if workload == "W5":
+        return await w5(backend, int(arg or 10000))
+    if workload == "E":
+        return await e_workload(backend, int(arg or 10000))
+    if workload == "M":
+        return await mega(backend, int(arg or 1000), timeout)
     if workload == "L":
         return await limits(backend, float(arg or 2.0))
-    raise SystemExit(f"unknown workload {workload!r}: W1, W2 or L")
+    raise SystemExit(f"unknown workload {workload!r}: W1, W2, W5, E, M or L")
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) not in (2, 3) or argv[1] not in BACKENDS:
-        raise SystemExit("usage: python -m bench.workloads W1|W2|L sqlite|postgres [runs|seconds]")
-    results = asyncio.run(run_workload(argv[0], argv[1], argv[2] if len(argv) == 3 else None))
+    if len(argv) not in (2, 3, 4) or argv[1] not in BACKENDS:
+        raise SystemExit("usage: python -m bench.workloads W1|W2|W5|E|M|L sqlite|postgres "
+                         "[runs|effects|agents|seconds] [timeout (M)]")
+    timeout = float(argv[3]) if len(argv) == 4 else 300.0
+    try:
+        results = asyncio.run(run_workload(argv[0], argv[1], argv[2] if len(argv) >= 3 else None,
+                                           timeout))
+    except PartialFailure as exc:
+        for result in exc.results:
+            emit(result)
+        print(exc, file=sys.stderr, flush=True)  # the last line: bench.run's error row
+        raise SystemExit(1) from None
     for result in results:
         emit(result)
 
