@@ -148,14 +148,16 @@ ON CONFLICT (thread_id, step, idx) DO NOTHING;
 -- Answers the run's pending interrupt once: a concurrent second answer finds no pending row.
 UPDATE interrupts
 SET value = :value, status = 'resolved', resolved_at = (julianday('now') - 2440587.5) * 86400.0
-WHERE thread_id = :thread_id AND status = 'pending' AND (:id IS NULL OR id = :id)
+-- (+status: look the row up by the primary key's thread_id, not by the status index, which
+-- would visit every pending interrupt of every run)
+WHERE thread_id = :thread_id AND +status = 'pending' AND (:id IS NULL OR id = :id)
   AND EXISTS (SELECT 1 FROM runs WHERE thread_id = :thread_id AND status = 'waiting')
 RETURNING step, idx, id;
 
 -- name: cancel_interrupts
 -- A cancelled run's questions are withdrawn from the inbox.
 UPDATE interrupts SET status = 'cancelled', resolved_at = (julianday('now') - 2440587.5) * 86400.0
-WHERE thread_id = :thread_id AND status = 'pending';
+WHERE thread_id = :thread_id AND +status = 'pending';
 
 -- name: journal_value
 INSERT INTO journal (thread_id, step, idx, name, result)

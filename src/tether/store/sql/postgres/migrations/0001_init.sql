@@ -74,6 +74,8 @@ CREATE TABLE interrupts (
     PRIMARY KEY (thread_id, step, idx)
 );
 CREATE INDEX interrupts_pending ON interrupts (status, created_at);
+-- Answering a run's question finds it by thread_id among pending ones only.
+CREATE INDEX interrupts_pending_thread ON interrupts (thread_id) WHERE status = 'pending';
 
 -- Outbox: side effects requested by a step, written in the step's transaction.
 CREATE TABLE outbox (

@@ -1,0 +1,259 @@
+"""Postgres group commit: the writer behind commit_step, record_call and create_run.
+
+Group commit: the writer's statements are fenced single statements. One that finds the writer
+idle runs at once, in the caller's task (the sequential case pays nothing for batching).
+Writes arriving while it is busy queue up; the committer task sends each queue-full as one
+transaction in one pipeline, one round trip and one WAL flush for the lot: BEGIN; lock_batch
+(every run row involved, in thread_id order); all step commits as one multi-row statement, all
+journal writes as another, the rest as executemany; COMMIT. Each write is fenced on its own
+(a stale epoch matches no row; it does not raise), so a lost lease never affects its
+batch-mates; if the transaction raises, its writes are retried one by one so only the culprit
+fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Final
+
+import psycopg
+from psycopg.errors import TransactionRollback
+from psycopg.rows import TupleRow
+
+from ..errors import StoreError
+from .pg_io import (
+    _BEGIN,
+    _MAX_BATCH,
+    _TX_ATTEMPTS,
+    Conn,
+    Params,
+    PgIO,
+    _is_disconnect,
+    _Job,
+    _Key,
+    _rollback,
+)
+
+log = logging.getLogger("tether.store.postgres")
+
+
+class PgCommitter(PgIO):
+    """The writer: one pooled connection, its statements group-committed by a committer task."""
+
+    def _lost(self, exc: psycopg.Error) -> StoreError:
+        """_error() for the committer: a lost connection is replaced before the next write
+        (after some errors, e.g. an admin shutdown, it does not look closed yet)."""
+        if _is_disconnect(exc):
+            self._writer_lost = True
+            self._cursor = None
+            self._heal()
+        return self._error(exc)
+
+    # -- the committer ---------------------------------------------------------------------
+
+    async def _write(self, query: bytes, params: Params, thread_id: str) -> TupleRow | None:
+        """Run one write statement on the writer; its first row (None: it returned none,
+        e.g. a fenced write whose epoch moved)."""
+        if not self._accepting:
+            raise StoreError("store is not open")
+        if self._busy or self._queue:
+            # The writer is taken: join the next group commit.
+            fut: asyncio.Future[TupleRow | None] = asyncio.get_running_loop().create_future()
+            self._queue.append((query, params, thread_id, fut))
+            self._wake.set()
+            return await fut
+        # The writer is idle: run it here, with no hop through the committer task. If we are
+        # cancelled meanwhile, psycopg cancels the statement: its outcome is unknown to us, as
+        # for any cancelled write.
+        self._busy = True
+        try:
+            for attempt in range(1, _TX_ATTEMPTS + 1):
+                try:
+                    cur = self._cursor
+                    if cur is None or cur.closed or cur.connection.closed:
+                        cur = await self._new_cursor()
+                    await cur.execute(query, params)
+                    return await cur.fetchone()
+                except TransactionRollback as exc:  # a deadlock victim: nothing was written
+                    if attempt == _TX_ATTEMPTS:
+                        raise self._error(exc) from exc
+            raise AssertionError("unreachable")
+        except psycopg.Error as exc:
+            raise self._lost(exc) from exc
+        finally:
+            self._busy = False
+            if self._queue or not self._accepting:
+                self._wake.set()
+
+    async def _commit_loop(self) -> None:
+        queue, wake = self._queue, self._wake
+        batch: list[_Job] = []
+        try:
+            while True:
+                await wake.wait()
+                wake.clear()
+                while queue and not self._busy:
+                    batch = [queue.popleft() for _ in range(min(len(queue), _MAX_BATCH))]
+                    self._busy = True
+                    try:
+                        if len(batch) == 1:
+                            await self._commit_one(batch[0])
+                        else:
+                            await self._commit_batch(batch)
+                    except Exception as exc:  # a bug, not a database error: keep serving
+                        log.exception("group commit of %d writes failed", len(batch))
+                        for job in batch:
+                            _fail(job[3], StoreError(f"group commit failed: {exc!r}"))
+                    finally:
+                        self._busy = False
+                    batch = []
+                if not self._accepting and not queue and not self._busy:
+                    return
+        finally:
+            # Jobs are left only if we were cancelled (close timed out) or hit a bug: never
+            # leave a caller waiting forever.
+            for job in [*batch, *queue]:
+                _fail(job[3], StoreError("store closed before the write was confirmed"))
+            queue.clear()
+
+    async def _new_cursor(self) -> psycopg.AsyncCursor[TupleRow]:
+        pool = self._need_pool()
+        conn, self._commit_conn, self._cursor = self._commit_conn, None, None
+        if conn is not None and (conn.closed or self._writer_lost):
+            self._writer_lost = False
+            with contextlib.suppress(psycopg.Error, OSError):
+                await conn.close()
+            await pool.putconn(conn)  # closed: the pool discards it and opens another
+            conn = None
+            await pool.check()  # see _fetchall
+        if conn is None:
+            conn = await pool.getconn()
+        self._commit_conn = conn
+        self._cursor = cur = conn.cursor()
+        return cur
+
+    async def _commit_one(self, job: _Job) -> None:
+        query, params, _, fut = job
+        for attempt in range(1, _TX_ATTEMPTS + 1):
+            try:
+                cur = self._cursor
+                if cur is None or cur.closed or cur.connection.closed:
+                    cur = await self._new_cursor()
+                await cur.execute(query, params)
+            except TransactionRollback as exc:  # a deadlock victim: nothing was written
+                if attempt == _TX_ATTEMPTS:
+                    _fail(fut, self._error(exc))
+            except psycopg.Error as exc:
+                _fail(fut, self._lost(exc))
+                return
+            else:
+                _done(fut, await cur.fetchone())
+                return
+
+    async def _commit_batch(self, batch: list[_Job]) -> None:
+        """One transaction, one pipeline, one round trip: BEGIN; lock_batch (every run row
+        the batch writes, in thread_id order); per statement kind, one multi-row statement
+        (step commits, journal writes) or one executemany (the rest); COMMIT."""
+        batch.sort(key=_thread_of)
+        groups: dict[bytes, list[int]] = {}
+        for i, job in enumerate(batch):
+            groups.setdefault(job[0], []).append(i)
+        stats = self._stats
+        stats["batches"] += 1
+        stats["batched_writes"] += len(batch)
+        stats["largest_batch"] = max(stats["largest_batch"], len(batch))
+        firsts: list[TupleRow | None] = [None] * len(batch)
+        try:
+            if self._cursor is None or self._cursor.connection.closed:
+                await self._new_cursor()
+            conn = self._commit_conn
+            assert conn is not None
+            try:
+                plan = await self._send_batch(conn, batch, groups)
+            except BaseException:
+                await _rollback(conn)
+                raise
+        except psycopg.Error as exc:
+            if _is_disconnect(exc):
+                # The outcome is unknown: re-running could commit twice. Report it to all.
+                for job in batch:
+                    _fail(job[3], self._lost(exc))
+                return
+            stats["batch_retries"] += 1
+            log.debug("group commit of %d writes failed (%s); retrying them one by one",
+                      len(batch), self._message(exc))
+            for job in batch:
+                await self._commit_one(job)
+            return
+        # Committed. (Anything raised from here fails the batch's callers; nothing retries.)
+        for cur, members, key in plan:
+            if key is not None:
+                done = {tuple(row) for row in await cur.fetchall()}
+                for i in members:
+                    firsts[i] = _OK if key(batch[i][1]) in done else None
+                continue
+            results = [await cur.fetchone()]
+            while cur.nextset():
+                results.append(await cur.fetchone())
+            if len(results) != len(members):  # cannot happen; never guess which is which
+                raise StoreError(f"group commit: {len(results)} results for {len(members)}")
+            for i, row in zip(members, results, strict=True):
+                firsts[i] = row
+        for job, first in zip(batch, firsts, strict=True):
+            _done(job[3], first)
+
+    async def _send_batch(
+        self, conn: Conn, batch: list[_Job], groups: dict[bytes, list[int]]
+    ) -> list[tuple[psycopg.AsyncCursor[TupleRow], list[int], _Key | None]]:
+        """Send the batch's transaction in one pipeline; (cursor, its jobs, row key) per
+        statement. Raises the first statement's error, if any."""
+        plan: list[tuple[psycopg.AsyncCursor[TupleRow], list[int], _Key | None]] = []
+        failure: psycopg.Error | None = None
+        try:
+            async with conn.pipeline():
+                try:
+                    await conn.execute(_BEGIN)
+                    await conn.execute(self._q["lock_batch"],
+                                       {"ids": sorted({job[2] for job in batch})})
+                    for query, members in groups.items():
+                        cur = conn.cursor()
+                        seq = [batch[i][1] for i in members]
+                        bulk = self._bulk.get(query)
+                        if bulk is not None and len(seq) > 1 and bulk[2](seq):
+                            await cur.execute(bulk[0], {k: [p[k] for p in seq] for k in seq[0]})
+                            plan.append((cur, members, bulk[1]))
+                        else:
+                            await cur.executemany(query, seq, returning=True)
+                            plan.append((cur, members, None))
+                    await conn.execute(b"COMMIT")
+                except psycopg.Error as exc:  # caught in here, or psycopg logs it as ignored
+                    failure = exc
+        except psycopg.Error:
+            if failure is None:
+                raise
+        if failure is not None:  # (the pipeline's exit then only says "pipeline aborted")
+            raise failure
+        return plan
+
+    def statistics(self) -> dict[str, int]:
+        """Group commit counters: batches, batched_writes, largest_batch, batch_retries."""
+        return dict(self._stats)
+
+
+def _thread_of(job: _Job) -> str:
+    return job[2]
+
+
+_OK: Final[TupleRow] = (True,)  # the result a multi-row group commit gives a committed job
+
+
+def _done(fut: asyncio.Future[TupleRow | None], value: TupleRow | None) -> None:
+    if not fut.done():  # a cancelled caller: the write happened (or not) all the same
+        fut.set_result(value)
+
+
+def _fail(fut: asyncio.Future[TupleRow | None], error: StoreError) -> None:
+    if not fut.done():
+        fut.set_exception(error)
