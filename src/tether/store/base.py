@@ -212,6 +212,26 @@ class StepCommit:
     """(group, role) memberships this run takes (role member | admin)."""
 
 
+def new_run_params(new: NewRun) -> dict[str, Any]:
+    """A NewRun as named query parameters (every store's insert_run takes these)."""
+    return {name: getattr(new, name) for name in NewRun.__dataclass_fields__}
+
+
+def same_run(existing: RunRecord, new: NewRun, by: str) -> RunRecord:
+    """An existing run matches a start request only with the same agent and input; otherwise
+    RunConflict names what collided (`by`: "thread_id" or "idempotency key")."""
+    if existing.agent != new.agent or existing.input_hash != new.input_hash:
+        from ..errors import RunConflict
+
+        what = (f"thread_id {new.thread_id!r}" if by == "thread_id"
+                else f"idempotency key {new.idempotency_key!r}")
+        raise RunConflict(
+            f"{what} already belongs to a run of agent {existing.agent!r} with different input; "
+            f"use another {by} or the same input"
+        )
+    return existing
+
+
 class Store(Protocol):
     """Async persistence for runs, checkpoints, journal, leases (and later outbox, mail)."""
 

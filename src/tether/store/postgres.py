@@ -49,6 +49,7 @@ from .base import (
     Park,
     RunRecord,
     StepCommit,
+    same_run,
 )
 from .migrate import behind_message, latest, migrations
 from .pg_commit import PgCommitter
@@ -189,17 +190,17 @@ class PostgresStore(PgCommitter):
             by = "idempotency key" if (
                 new.idempotency_key is not None and run.idempotency_key == new.idempotency_key
             ) else "thread_id"
-            return _same_run(run, new, by), False
+            return same_run(run, new, by), False
         # The row we collided with was committed after our statement's snapshot was taken.
         if new.idempotency_key is not None:
             found = await self._read_one(self._q["get_run_by_key"], {"key": new.idempotency_key})
             if found is not None:
-                return _same_run(_run(found), new, "idempotency key"), False
+                return same_run(_run(found), new, "idempotency key"), False
         found = await self._read_one(self._q["get_run"], {"thread_id": new.thread_id})
         if found is None:
             raise RunConflict(f"thread_id {new.thread_id!r} or idempotency key "
                               f"{new.idempotency_key!r} is being used by a concurrent start")
-        return _same_run(_run(found), new, "thread_id"), False
+        return same_run(_run(found), new, "thread_id"), False
 
     async def get_run(self, thread_id: str) -> RunRecord | None:
         row = await self._hot_read_one(self._q["get_run"], {"thread_id": thread_id})
@@ -615,14 +616,3 @@ def _add_children(params: Params, children: Sequence[NewRun]) -> None:
     for name in _NEW_RUN_FIELDS:
         params["c_" + name] = [getattr(child, name) for child in children]
 
-
-def _same_run(existing: RunRecord, new: NewRun, by: str) -> RunRecord:
-    """An existing run matches a start request only with the same agent and input."""
-    if existing.agent != new.agent or existing.input_hash != new.input_hash:
-        what = (f"thread_id {new.thread_id!r}" if by == "thread_id"
-                else f"idempotency key {new.idempotency_key!r}")
-        raise RunConflict(
-            f"{what} already belongs to a run of agent {existing.agent!r} with different input; "
-            f"use another {by} or the same input"
-        )
-    return existing

@@ -30,6 +30,8 @@ from .base import (
     Park,
     RunRecord,
     StepCommit,
+    new_run_params,
+    same_run,
 )
 from .migrate import behind_message, latest, migrations
 from .sqlite_io import SQLiteIO, _Connections, parse_sqlite_url
@@ -118,14 +120,14 @@ class SQLiteStore(SQLiteIO):
             if new.idempotency_key is not None:
                 row = conn.execute(q["get_run_by_key"], {"key": new.idempotency_key}).fetchone()
                 if row is not None:
-                    return _same_run(_run(row), new, "idempotency key"), False
-            row = conn.execute(q["insert_run"], _new_run_params(new)).fetchone()
+                    return same_run(_run(row), new, "idempotency key"), False
+            row = conn.execute(q["insert_run"], new_run_params(new)).fetchone()
             if row is not None:
                 return _run(row), True
             row = conn.execute(q["get_run"], {"thread_id": new.thread_id}).fetchone()
             if row is None:  # lost to a concurrent key insert; report it as a conflict
                 raise RunConflict(f"idempotency key {new.idempotency_key!r} is already used")
-            return _same_run(_run(row), new, "thread_id"), False
+            return same_run(_run(row), new, "thread_id"), False
 
         run, created = await self._w(job)
         if created:
@@ -284,7 +286,7 @@ class SQLiteStore(SQLiteIO):
         consumed mail, effects, and waking whoever waits on this run."""
         q, tid, step = self._q, commit.lease.thread_id, commit.step
         for child in commit.children:
-            conn.execute(q["insert_run"], _new_run_params(child)).fetchall()
+            conn.execute(q["insert_run"], new_run_params(child)).fetchall()
         for group, role in commit.groups:
             conn.execute(q["join_group"], {"group_name": group, "thread_id": tid, "role": role})
         if commit.consumed:
@@ -414,7 +416,7 @@ class SQLiteStore(SQLiteIO):
                 return False
             key = {"thread_id": lease.thread_id, "step": park.step, "idx": park.idx}
             for child in park.spawn:
-                conn.execute(q["insert_run"], _new_run_params(child)).fetchall()
+                conn.execute(q["insert_run"], new_run_params(child)).fetchall()
             if park.kind == "join":
                 conn.execute(q["requeue_if_joined"], {
                     "thread_id": lease.thread_id,
@@ -561,31 +563,8 @@ class SQLiteStore(SQLiteIO):
         return [_checkpoint(r) for r in rows]
 
 
-def _new_run_params(new: NewRun) -> dict[str, Any]:
-    return {
-        "thread_id": new.thread_id,
-        "agent": new.agent,
-        "version": new.version,
-        "node": new.node,
-        "input": new.input,
-        "input_hash": new.input_hash,
-        "idempotency_key": new.idempotency_key,
-        "parent_thread_id": new.parent_thread_id,
-        "forked_from": new.forked_from,
-        "forked_step": new.forked_step,
-    }
 
 
-def _same_run(existing: RunRecord, new: NewRun, by: str) -> RunRecord:
-    """An existing run matches a start request only with the same agent and input."""
-    if existing.agent != new.agent or existing.input_hash != new.input_hash:
-        what = (f"thread_id {new.thread_id!r}" if by == "thread_id"
-                else f"idempotency key {new.idempotency_key!r}")
-        raise RunConflict(
-            f"{what} already belongs to a run of agent {existing.agent!r} with different input; "
-            f"use another {by} or the same input"
-        )
-    return existing
 
 
 def _split_sql(script: str) -> list[str]:
