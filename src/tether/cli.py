@@ -139,7 +139,8 @@ async def cmd_runs_start(args: argparse.Namespace) -> int:
 async def cmd_runs_list(args: argparse.Namespace) -> int:
     rt = _runtime(args)
     try:
-        runs = await rt.list_runs(status=args.status, agent=args.agent, limit=args.limit)
+        runs = await rt.list_runs(status=args.status, agent=args.agent, limit=args.limit,
+                                  inbox=True)
     finally:
         await rt.close()
     if args.json:
@@ -147,11 +148,12 @@ async def cmd_runs_list(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
-    table = Table("thread_id", "agent", "status", "actor", "step", "node", "version",
+    table = Table("thread_id", "agent", "status", "actor", "inbox", "step", "node", "version",
                   "attempt", "error")
     for r in runs:
-        table.add_row(r.thread_id, r.agent, r.status.value, r.actor_state or "", str(r.step),
-                      r.node or "", r.version, str(r.attempt), str(r.error or ""))
+        table.add_row(r.thread_id, r.agent, r.status.value, r.actor_state or "",
+                      str(r.inbox_depth or 0), str(r.step), r.node or "", r.version,
+                      str(r.attempt), str(r.error or ""))
     _console().print(table)
     return 0
 

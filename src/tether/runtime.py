@@ -352,11 +352,17 @@ class Runtime:
         agent: str | None = None,
         limit: int = 100,
         before: tuple[float, str] | None = None,
+        inbox: bool = False,
     ) -> list[Run]:
-        """Runs newest first, without their state (use get() for that)."""
+        """Runs newest first, without their state (use get() for that). `inbox=True` also
+        fills each run's inbox depth (one small query per run)."""
         await self.open()
         recs = await self.store.list_runs(status=status, agent=agent, limit=limit, before=before)
-        return [self._to_run(r, None) for r in recs]
+        runs = [self._to_run(r, None) for r in recs]
+        if inbox:
+            depths = await asyncio.gather(*(self.store.inbox_depth(r.thread_id) for r in runs))
+            runs = [dataclasses.replace(r, inbox_depth=d) for r, d in zip(runs, depths, strict=True)]
+        return runs
 
     async def wait(self, thread_id: str, timeout: float | None = None) -> Run:
         """Wait until the run is completed, failed or cancelled; returns it.
