@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import psycopg
-import pytest
 
 from apps import effects_app
 from tether import (
@@ -38,12 +37,6 @@ State = dict[str, Any]
 WAIT = 20.0  # generous: a wait that times out fails the test, it does not hang it
 FAST = RetryPolicy(attempts=3, initial=0.01, factor=1.0, jitter=0.0)
 
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("DB", "LEASE_TTL", "POLL_INTERVAL", "SNAPSHOT_EVERY", "CONCURRENCY"):
-        monkeypatch.delenv(f"TETHER_{var}", raising=False)
-    monkeypatch.setenv("TETHER_SHUTDOWN_GRACE", "1")
 
 
 def make_runtime(db_url: str, *agents: Agent, **kwargs: Any) -> Runtime:

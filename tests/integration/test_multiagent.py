@@ -33,12 +33,6 @@ State = dict[str, Any]
 WAIT = 30.0  # generous: a wait that times out fails the test, it does not hang it
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("DB", "LEASE_TTL", "POLL_INTERVAL", "SNAPSHOT_EVERY", "CONCURRENCY"):
-        monkeypatch.delenv(f"TETHER_{var}", raising=False)
-    monkeypatch.setenv("TETHER_SHUTDOWN_GRACE", "1")
-
 
 def make_runtime(db_url: str, *agents: Agent, **kwargs: Any) -> Runtime:
     kwargs.setdefault("poll_interval", 0.05)

@@ -42,13 +42,6 @@ State = dict[str, Any]
 WAIT = 20.0  # generous: a wait that times out fails the test, it does not hang it
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("DB", "LEASE_TTL", "POLL_INTERVAL", "SNAPSHOT_EVERY", "CONCURRENCY"):
-        monkeypatch.delenv(f"TETHER_{var}", raising=False)
-    # A node still sleeping when a test stops its worker holds the shutdown this long at most.
-    monkeypatch.setenv("TETHER_SHUTDOWN_GRACE", "1")
-
 
 def make_runtime(db_url: str, *agents: Agent, **kwargs: Any) -> Runtime:
     kwargs.setdefault("poll_interval", 0.02)
