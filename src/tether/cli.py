@@ -13,7 +13,7 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -22,6 +22,7 @@ from .errors import AppImportError, ConfigError, InvalidState, TetherError
 from .runtime import Checkpoint, Interrupt, Run, Runtime
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
+N = TypeVar("N", int, float)
 
 
 def load_app(target: str) -> Runtime:
@@ -472,43 +473,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+def _bounded(kind: Callable[[str], N], what: str, low: N, high: N | None = None,
+             *, strict: bool = False) -> Callable[[str], N]:
+    """An argparse type: `kind(text)` within [low, high] (above `low` when `strict`)."""
+
+    def parse(text: str) -> N:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if value < low or (strict and value == low) or (high is not None and value > high):
+            bound = f"> {low}" if strict else f">= {low}"
+            if high is not None:
+                bound = f"within {low}..{high}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {value}")
-    return value
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
+_positive_int = _bounded(int, "an integer", 1)
+_non_negative_int = _bounded(int, "an integer", 0)
+_port = _bounded(int, "a port number", 0, 65535)
+_positive_float = _bounded(float, "a number", 0.0, strict=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
