@@ -249,6 +249,38 @@ def test_a_cancelled_run_cannot_be_resumed(procs: Procs) -> None:
         assert_error(c.post(f"/runs/{tid}/resume", json={"value": 1}), 409, "InvalidState")
 
 
+def test_messages_wake_an_idle_actor(procs: Procs) -> None:
+    server = procs.serve()
+    with server.client() as c:
+        tid = start(c, "collector")["thread_id"]
+        r = c.post(f"/runs/{tid}/messages", json={"message": {"n": 1}, "sender": "alice"})
+        assert r.status_code == 201, r.text
+        sent = r.json()
+        assert sent["thread_id"] == tid and sent["sender"] == "alice"
+        assert sent["message"] == {"n": 1} and isinstance(sent["id"], int)
+        box = c.get(f"/runs/{tid}/messages").json()["messages"]
+        assert [(m["id"], m["sender"], m["message"]) for m in box] == [(sent["id"], "alice",
+                                                                        {"n": 1})]
+
+        assert_error(c.post("/runs/nope/messages", json={"message": 1}), 404, "RunNotFound")
+        assert_error(c.get("/runs/nope/messages"), 404, "RunNotFound")
+        assert_error(c.post(f"/runs/{tid}/messages", json={}), 422, "ValidationError")
+        assert_error(c.post(f"/runs/{tid}/messages", json={"message": 1, "x": 2}), 422,
+                     "ValidationError")
+        assert_error(c.post(f"/runs/{tid}/messages", json={"message": 1, "sender": ""}), 422,
+                     "ValidationError")
+        assert_error(c.post(f"/runs/{tid}/messages", json={"message": 2**70}), 422)
+
+        procs.worker()
+        idle = wait_status(c, tid, "waiting")
+        assert idle["actor_state"] == "idle" and idle["inbox_depth"] == 0
+        assert c.get(f"/runs/{tid}/messages").json()["messages"] == []
+        assert c.post(f"/runs/{tid}/messages", json={"message": "stop"}).status_code == 201
+        done = wait_status(c, tid, "completed")
+        assert done["state"]["got"] == [{"from": "alice", "body": {"n": 1}},
+                                        {"from": None, "body": "stop"}]
+
+
 # -- creating and listing -----------------------------------------------------------------
 
 

@@ -51,6 +51,7 @@ def test_served_schema_is_the_tested_one(server: Server) -> None:
     assert set(served["paths"]) == {
         "/runs", "/runs/{thread_id}", "/runs/{thread_id}/resume", "/runs/{thread_id}/cancel",
         "/runs/{thread_id}/checkpoints", "/runs/{thread_id}/fork", "/runs/{thread_id}/events",
+        "/runs/{thread_id}/messages",
         "/interrupts", "/healthz",
     }
 

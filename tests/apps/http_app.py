@@ -86,9 +86,21 @@ async def boom(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
     raise RuntimeError("boom")
 
 
+collector = tether.Agent("collector")
+
+
+@collector.node(start=True)
+async def collect(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
+    got = [*state.get("got", []), *({"from": m.sender, "body": m.body} for m in ctx.inbox)]
+    if any(m.body == "stop" for m in ctx.inbox):
+        return tether.finish({"got": got})
+    return tether.receive({"got": got})
+
+
 DB = os.environ.get("TETHER_DB", "sqlite:///tether.db")
-runtime = tether.Runtime(DB, agents=[echo, approval, sleeper, ticker, failing], version="v1",
-                         lease_ttl=2.0, poll_interval=0.1)
+runtime = tether.Runtime(DB, agents=[echo, approval, sleeper, ticker, failing, collector],
+                         version="v1", lease_ttl=2.0, poll_interval=0.1)
 quick = tether.Runtime(DB, agents=[echo], version="v1", lease_ttl=2.0, poll_interval=0.1)
 """Only runs that finish by themselves: what schemathesis may start (an SSE request for a
 run that waits for a person would stream until it times out)."""
+

@@ -53,11 +53,14 @@ from .models import (
     Health,
     InterruptList,
     InterruptOut,
+    MessageList,
+    MessageOut,
     ResumeRun,
     RunEvent,
     RunOut,
     RunPage,
     RunSummary,
+    SendMessage,
     StartRun,
     sse_schema,
 )
@@ -386,6 +389,25 @@ def create_app(
     async def fork_run(thread_id: ThreadId, body: ForkRun) -> RunOut:
         """A new run starting from the state after `step` of this one."""
         return RunOut.of(await runtime.fork(thread_id, body.step, new_thread_id=body.thread_id))
+
+    @app.post("/runs/{thread_id}/messages", status_code=201, response_model=MessageOut,
+              tags=["messages"], responses=_errors(400, 401, 404, 413, 422))
+    async def send_message(thread_id: ThreadId, body: SendMessage) -> MessageOut:
+        """Put a message in the run's mailbox (waking it if it is idle, waiting for mail)."""
+        _check_json(body.message, "message")
+        mid = await runtime.send(thread_id, body.message, sender=body.sender)
+        return MessageOut(id=mid, thread_id=thread_id, sender=body.sender, message=body.message)
+
+    @app.get("/runs/{thread_id}/messages", response_model=MessageList, tags=["messages"],
+             responses=_errors(401, 404, 422))
+    async def list_messages(thread_id: ThreadId) -> MessageList:
+        """The run's mailbox: messages not yet consumed by a committed step, oldest first."""
+        if await runtime.store.get_run(thread_id) is None:
+            raise RunNotFound(f"no run with thread_id {thread_id!r}")
+        msgs = await runtime.inbox(thread_id)
+        return MessageList(messages=[
+            MessageOut(id=m.id, thread_id=thread_id, sender=m.sender, message=m.body,
+                       created_at=m.created_at) for m in msgs])
 
     @app.get(
         "/runs/{thread_id}/events", response_class=EventStream, tags=["runs"],

@@ -62,6 +62,23 @@ class ForkRun(_In):
     thread_id: Id | None = Field(default=None, description="the new run's id (default: new uuid)")
 
 
+class SendMessage(_In):
+    message: Any = Field(description="the message (any JSON value), delivered in ctx.inbox")
+    sender: Id | None = Field(default=None, description="who sent it (default: none)")
+
+
+class MessageOut(BaseModel):
+    id: int = Field(description="the message id; ids increase in send order")
+    thread_id: str = Field(description="the recipient run")
+    sender: str | None
+    message: Any
+    created_at: float | None = Field(None, description="when it was stored (list only)")
+
+
+class MessageList(BaseModel):
+    messages: list[MessageOut] = Field(description="unconsumed messages, oldest first")
+
+
 class ErrorDetail(BaseModel):
     type: str = Field(description="the error class, e.g. RunNotFound, ValidationError")
     message: str
