@@ -72,7 +72,7 @@ class MessageOut(BaseModel):
     thread_id: str = Field(description="the recipient run")
     sender: str | None
     message: Any
-    created_at: float | None = Field(None, description="when it was stored (list only)")
+    created_at: float | None = Field(default=None, description="when it was stored (list only)")
 
 
 class MessageList(BaseModel):
