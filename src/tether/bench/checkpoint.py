@@ -1,0 +1,183 @@
+"""W1 (checkpoint log: 200 threads x 20 super-steps, sequential) and W2 (R runs started at
+once, 5 steps each, each step a simulated LLM call), with the worker in this process."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from typing import Any
+
+import tether
+
+from .common import (
+    Result,
+    bench_db,
+    checkpoint_times,
+    peak_rss_mib,
+    percentile,
+    pg_bytes,
+    sqlite_bytes,
+    sqlite_path,
+    stop_worker,
+    suffix,
+    timed_commits,
+)
+from .limits import W1_MSG_BYTES, raw_commit_probe
+
+W1_THREADS, W1_STEPS = 200, 20
+W1_RUN_DEADLINE = 15.0  # s for one 20-step W1 run before the workload is declared stuck
+W2_STEPS = 5
+W2_DELAY = (0.05, 0.15)
+
+w1_agent = tether.Agent("bench_w1")
+
+
+@w1_agent.node(start=True)
+async def w1_step(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
+    msg = f"{ctx.thread_id} step {ctx.step} ".ljust(W1_MSG_BYTES, ".")
+    update = {"messages": tether.append([msg])}
+    if ctx.step < W1_STEPS:
+        return tether.goto("w1_step", update)
+    return tether.finish(update)
+
+
+async def w1(backend: str) -> list[Result]:
+    """200 threads x 20 super-steps, one run at a time, worker in this process."""
+    out: list[Result] = []
+    async with bench_db(backend) as url:
+        runtime = tether.Runtime(url, agents=[w1_agent], version="bench")
+        await runtime.migrate()
+        commits = timed_commits(runtime)
+        probe_before = await raw_commit_probe(url, "probe_before")
+        async with runtime:
+            stop = asyncio.Event()
+            worker = asyncio.create_task(runtime.work(concurrency=1, stop=stop))
+            # Warm-up outside the clock: the worker's first claim, connections, statement caches.
+            warm = await runtime.start(w1_agent, {"messages": []}, thread_id="warmup")
+            await runtime.wait(warm.thread_id, timeout=W1_RUN_DEADLINE)
+            t0 = time.perf_counter()
+            last = None
+            for i in range(W1_THREADS):
+                run = await runtime.start(w1_agent, {"messages": []}, thread_id=f"w1-{i:04d}")
+                try:
+                    last = await runtime.wait(run.thread_id, timeout=W1_RUN_DEADLINE)
+                except TimeoutError:
+                    raise RuntimeError(f"W1: run {i} did not finish within {W1_RUN_DEADLINE:.0f} s "
+                                       f"({sum(map(len, commits.values()))} checkpoints committed)") from None
+                if last.status is not tether.RunStatus.COMPLETED:
+                    raise RuntimeError(f"W1 run {run.thread_id} ended {last.status}: {last.error}")
+            wall = time.perf_counter() - t0
+            await stop_worker(stop, worker)
+            assert last is not None and len(last.state["messages"]) == W1_STEPS
+            assert all(len(m) == W1_MSG_BYTES for m in last.state["messages"])
+        probe_after = await raw_commit_probe(url, "probe_after")
+        commits.pop("warmup", None)
+        latencies = [end - begin for cs in commits.values() for begin, end in cs]
+        cycles = [b[1] - a[1] for cs in commits.values() for a, b in itertools.pairwise(cs)]
+        checkpoints = len(latencies)
+        if checkpoints != W1_THREADS * W1_STEPS:
+            raise RuntimeError(f"W1 committed {checkpoints} checkpoints, expected "
+                               f"{W1_THREADS * W1_STEPS}")
+        if backend == "sqlite":
+            size = sqlite_bytes(sqlite_path(url))  # the store is closed: WAL checkpointed
+        else:
+            size = await pg_bytes(url)
+
+    def r(metric: str, value: float, unit: str) -> None:
+        out.append(Result(backend, "W1", metric, value, unit))
+
+    r("wall_s", round(wall, 3), "s")
+    r("checkpoints_per_s", round(checkpoints / wall, 1), "1/s")
+    r("latency_p50_ms", round(percentile(latencies, 0.50) * 1e3, 3), "ms")
+    r("latency_p99_ms", round(percentile(latencies, 0.99) * 1e3, 3), "ms")
+    r("step_p50_ms", round(percentile(cycles, 0.50) * 1e3, 3), "ms")
+    r("step_p99_ms", round(percentile(cycles, 0.99) * 1e3, 3), "ms")
+    r("bytes_on_disk", size, "bytes")
+    raw = (probe_before + probe_after) / 2
+    r("raw_commit_inline_per_s", round(raw, 1), "1/s")
+    r("checkpoints_vs_raw_inline", round(checkpoints / wall / raw, 3), "x")
+    r("peak_rss_mib", round(peak_rss_mib(), 1), "MiB")
+    return out
+
+
+# -- W2: concurrent runs ---------------------------------------------------------------------
+
+w2_agent = tether.Agent("bench_w2")
+
+
+async def simulated_llm(delay: float) -> str:
+    await asyncio.sleep(delay)
+    return "ok"
+
+
+@w2_agent.node(start=True)
+async def w2_step(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
+    reply = await ctx.call(simulated_llm, state["delays"][ctx.step - 1])
+    update = {"replies": tether.append([reply])}
+    if ctx.step < W2_STEPS:
+        return tether.goto("w2_step", update)
+    return tether.finish(update)
+
+
+def w2_delays(run_index: int) -> list[float]:
+    rng = random.Random(run_index)
+    return [rng.uniform(*W2_DELAY) for _ in range(W2_STEPS)]
+
+
+def w2_deadline(runs: int) -> float:
+    """Give up after this many seconds from the first start (about 85x ideal at 1,000 runs)."""
+    return 60.0 if runs <= 1000 else 600.0
+
+
+
+async def w2(backend: str, runs: int) -> list[Result]:
+    """`runs` runs started at once, 5 steps each, each step one journaled simulated LLM call;
+    one worker with concurrency = runs in this process."""
+    delays = [w2_delays(i) for i in range(runs)]
+    ideal = max(sum(d) for d in delays)
+    async with bench_db(backend) as url:
+        runtime = tether.Runtime(url, agents=[w2_agent], version="bench")
+        await runtime.migrate()
+        async with runtime:
+            stop = asyncio.Event()
+            worker = asyncio.create_task(runtime.work(concurrency=runs, stop=stop))
+            await asyncio.sleep(0)  # the worker is up and polling before the clock starts
+            t0_unix, t0 = time.time(), time.perf_counter()
+            started = await asyncio.gather(*(
+                runtime.start(w2_agent, {"delays": d, "replies": []}, thread_id=f"w2-{i:05d}")
+                for i, d in enumerate(delays)
+            ))
+            t_started = time.perf_counter()
+            finished: list[tether.Run] = []
+
+            async def wait(thread_id: str) -> tether.Run:
+                run = await runtime.wait(thread_id)
+                finished.append(run)
+                return run
+
+            deadline = w2_deadline(runs)
+            try:
+                async with asyncio.timeout(deadline - (time.perf_counter() - t0)):
+                    done = await asyncio.gather(*(wait(r.thread_id) for r in started))
+            except TimeoutError:
+                raise RuntimeError(f"W2: {len(finished)} of {runs} runs finished within "
+                                   f"{deadline:.0f} s") from None
+            wall = time.perf_counter() - t0
+            first_steps, last_step = await checkpoint_times(url)
+            await stop_worker(stop, worker)
+        bad = [r for r in done if r.status is not tether.RunStatus.COMPLETED
+               or len(r.state["replies"]) != W2_STEPS]
+        if bad:
+            raise RuntimeError(f"W2: {len(bad)} runs did not complete 5 steps, e.g. {bad[0]}")
+    s = suffix(runs)
+    return [
+        Result(backend, "W2", f"wall_s_{s}", round(wall, 3), "s"),
+        Result(backend, "W2", f"ideal_s_{s}", round(ideal, 3), "s"),
+        Result(backend, "W2", f"wall_over_ideal_{s}", round(wall / ideal, 3), "x"),
+        Result(backend, "W2", f"start_s_{s}", round(t_started - t0, 3), "s"),
+        Result(backend, "W2", f"last_first_step_s_{s}", round(first_steps - t0_unix, 3), "s"),
+        Result(backend, "W2", f"last_checkpoint_s_{s}", round(last_step - t0_unix, 3), "s"),
+        Result(backend, "W2", f"peak_rss_mib_{s}", round(peak_rss_mib(), 1), "MiB"),
+    ]

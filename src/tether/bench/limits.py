@@ -1,0 +1,128 @@
+"""L: the physical limits of the same disk and database, the reference for W1's ratios.
+Raw drivers, no tether: 256-byte rows into a table keyed like `checkpoints`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+import time
+
+import psycopg
+
+from .common import Result, bench_db, peak_rss_mib, sqlite_path
+
+W1_MSG_BYTES = 256
+
+PAYLOAD = b"x" * W1_MSG_BYTES
+BATCH = 100
+
+
+def _rate(rows: int, seconds: float) -> float:
+    return round(rows / seconds, 1)
+
+
+def sqlite_raw(path: str, synchronous: str, batch: int, seconds: float,
+               table: str | None = None) -> float:
+    """Rows/s of INSERT + COMMIT into a WAL database, `batch` rows per commit, for about
+    `seconds` seconds."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    table = table or f"raw_{synchronous.lower()}_{batch}"
+    conn.execute(f"CREATE TABLE {table} (thread_id TEXT NOT NULL, step INTEGER NOT NULL, "
+                 "data BLOB NOT NULL, PRIMARY KEY (thread_id, step)) WITHOUT ROWID")
+    q = f"INSERT INTO {table} VALUES (?, ?, ?)"
+    n = 0
+    t0 = time.perf_counter()
+    deadline = t0 + seconds
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        for _ in range(batch):
+            conn.execute(q, ("t", n, PAYLOAD))
+            n += 1
+        conn.execute("COMMIT")
+        if time.perf_counter() >= deadline:
+            break
+    elapsed = time.perf_counter() - t0
+    conn.close()
+    return _rate(n, elapsed)
+
+
+def pg_raw(url: str, connections: int, batch: int, seconds: float,
+           table: str | None = None, drop: bool = False) -> float:
+    """Rows/s of INSERT + COMMIT via psycopg, `batch` rows per commit (single rows in
+    autocommit, batches in one transaction with executemany), one thread per connection."""
+    table = table or f"raw_{connections}_{batch}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (thread_id TEXT NOT NULL, step INTEGER NOT NULL, "
+                     "data BYTEA NOT NULL, PRIMARY KEY (thread_id, step))".encode())
+    q = f"INSERT INTO {table} VALUES (%s, %s, %s)".encode()
+    conns = [psycopg.connect(url, autocommit=True) for _ in range(connections)]
+    counts = [0] * connections
+    barrier = threading.Barrier(connections + 1)
+    deadline = [0.0]
+
+    def insert(i: int) -> None:
+        conn, key, n = conns[i], f"t{i}", 0
+        cur = conn.cursor()
+        cur.execute(q, (key, -1, PAYLOAD))  # prepare outside the clock
+        barrier.wait()
+        while True:
+            if batch == 1:
+                cur.execute(q, (key, n, PAYLOAD))
+            else:
+                with conn.transaction():
+                    cur.executemany(q, [(key, n + j, PAYLOAD) for j in range(batch)])
+            n += batch
+            if time.perf_counter() >= deadline[0]:
+                break
+        counts[i] = n
+
+    threads = [threading.Thread(target=insert, args=(i,)) for i in range(connections)]
+    for t in threads:
+        t.start()
+    t0 = time.perf_counter()
+    deadline[0] = t0 + seconds
+    barrier.wait()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    for c in conns:
+        c.close()
+    if drop:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE {table}".encode())
+    return _rate(sum(counts), elapsed)
+
+
+async def raw_commit_probe(url: str, name: str, seconds: float = 1.0) -> float:
+    """Single-row INSERT + COMMIT rate on the same storage as the workload, right now: the
+    disk's fsync rate drifts, so W1 is also compared with a probe taken around it. On
+    SQLite it is a separate file beside the database (WAL, synchronous=FULL); on Postgres a
+    table in the same database, dropped afterwards."""
+    if url.startswith("sqlite"):
+        path = os.path.join(os.path.dirname(sqlite_path(url)), f"{name}.db")
+        return await asyncio.to_thread(sqlite_raw, path, "FULL", 1, seconds, "probe")
+    return await asyncio.to_thread(pg_raw, url, 1, 1, seconds, name, True)
+
+
+async def limits(backend: str, seconds: float) -> list[Result]:
+    out: list[Result] = []
+    async with bench_db(backend) as url:
+        if backend == "sqlite":
+            path = sqlite_path(url)
+            for sync in ("NORMAL", "FULL"):
+                for batch, label in ((1, "single"), (BATCH, "batch100")):
+                    rate = await asyncio.to_thread(sqlite_raw, path, sync, batch, seconds)
+                    out.append(Result(backend, "L", f"{label}_{sync.lower()}_rows_per_s", rate,
+                                      "1/s"))
+        else:
+            for connections in (1, 16):
+                for batch, label in ((1, "single"), (BATCH, "batch100")):
+                    rate = await asyncio.to_thread(pg_raw, url, connections, batch, seconds)
+                    out.append(Result(backend, "L", f"{label}_{connections}conn_rows_per_s",
+                                      rate, "1/s"))
+    out.append(Result(backend, "L", "peak_rss_mib", round(peak_rss_mib(), 1), "MiB"))
+    return out

@@ -1,0 +1,86 @@
+"""One workload in this process, its results as JSON lines on stdout (the shared WORKLOADS.md
+format); the runner starts one such process per workload, so peak RSS is per workload.
+
+    python -m tether.bench.workloads W1 sqlite
+    python -m tether.bench.workloads W2 postgres 10000      # runs
+    python -m tether.bench.workloads W5 sqlite 10000        # runs
+    python -m tether.bench.workloads E postgres 10000       # effects
+    python -m tether.bench.workloads M sqlite 1000 300      # agents, timeout in seconds
+    python -m tether.bench.workloads L postgres 2.0         # seconds per measurement
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from .common import BACKENDS, PartialFailure, Result, emit
+
+USAGE = """usage: python -m tether.bench.workloads WORKLOAD BACKEND [ARGS...]
+  W1 sqlite|postgres
+  W2 sqlite|postgres [runs]
+  W5 sqlite|postgres [runs]
+  E  sqlite|postgres [effects]
+  M  sqlite|postgres [agents] [timeout_s]
+  L  sqlite|postgres [seconds]"""
+
+
+def _number(text: str, kind: Callable[[str], float]) -> float:
+    try:
+        return kind(text)
+    except ValueError:
+        raise SystemExit(f"{text!r} is not a number\n{USAGE}") from None
+
+
+def workload_call(workload: str, backend: str, args: list[str]) -> Coroutine[Any, Any, list[Result]]:
+    """The coroutine that runs `workload` with its command-line arguments (SystemExit with
+    the usage on bad ones)."""
+    def arg(i: int, default: float, kind: Callable[[str], float] = int) -> float:
+        return _number(args[i], kind) if len(args) > i else default
+
+    if workload == "W1":
+        from .checkpoint import w1
+
+        return w1(backend)
+    if workload == "W2":
+        from .checkpoint import w2
+
+        return w2(backend, int(arg(0, 1000)))
+    if workload == "W5":
+        from .suspend import w5
+
+        return w5(backend, int(arg(0, 10000)))
+    if workload == "E":
+        from .effects import e_workload
+
+        return e_workload(backend, int(arg(0, 10000)))
+    if workload == "M":
+        from .mega import mega
+
+        return mega(backend, int(arg(0, 1000)), arg(1, 300.0, float))
+    if workload == "L":
+        from .limits import limits
+
+        return limits(backend, arg(0, 2.0, float))
+    raise SystemExit(f"unknown workload {workload!r}\n{USAGE}")
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 2 or argv[1] not in BACKENDS:
+        raise SystemExit(USAGE)
+    call = workload_call(argv[0].upper(), argv[1], argv[2:])
+    try:
+        results = asyncio.run(call)
+    except PartialFailure as exc:
+        for result in exc.results:
+            emit(result)
+        print(exc, file=sys.stderr, flush=True)  # the last line: the runner's error row
+        raise SystemExit(1) from None
+    for result in results:
+        emit(result)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
