@@ -3,10 +3,12 @@ across workload processes of the same run, and the markdown file with the machin
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import sqlite3
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .common import Result, pg_admin_url
 
@@ -30,7 +32,15 @@ GOALS: dict[tuple[str, str], dict[str, Goal]] = {
     ("W5", "resume_finish_s_10k"): {b: ("<=", 5.0, "<= 5 s") for b in ("sqlite", "postgres")},
     ("E", "effects_per_s"): {"postgres": (">=", 5000, ">= 5,000/s")},
     ("M", "cost_ratio_10k_over_100"): {b: ("<=", 1.5, "<= 1.5x") for b in ("sqlite", "postgres")},
+    # Guarantees 4 and 5 (DESIGN.md): no run lost; effects through the outbox happen once.
+    ("W3", "lost_runs"): {b: ("<=", 0, "0") for b in ("sqlite", "postgres")},
+    ("W3", "lost_runs_outbox"): {b: ("<=", 0, "0") for b in ("sqlite", "postgres")},
+    ("W3", "duplicate_effects_outbox"): {b: ("<=", 0, "0") for b in ("sqlite", "postgres")},
 }
+# Anchor systems (bench/anchors) and how their names read in a table header.
+ANCHOR_NAMES = {"langgraph": "LangGraph", "dbos": "DBOS"}
+# Metrics where fewer is better and a ratio means nothing (0 is the goal): shown as a difference.
+FEWER_IS_BETTER = ("repeated_steps", "duplicate_effects", "lost_runs")
 # The same-run physical limit W1 is compared with: one durable commit per row, one connection.
 RAW_REFERENCE = {"sqlite": "single_full_rows_per_s", "postgres": "single_1conn_rows_per_s"}
 
@@ -75,22 +85,111 @@ def fmt(value: float, unit: str) -> str:
     return f"{value:,.3f}"
 
 
-Row = tuple[str, str, str, str, str, str, str]
+Row = tuple[str, ...]
+HEAD = ("Backend", "Workload", "Metric", "Value", "Unit", "Goal", "Met")
+AnchorKey = tuple[str, str, str, str]  # system, backend, workload, metric
 
 
-def rows(jobs: list[Job], extra: list[Result]) -> list[Row]:
-    """Table rows; each cross-process ratio follows the last job of its backend and workload."""
+def anchor_results(dicts: list[Mapping[str, Any]]) -> tuple[dict[AnchorKey, tuple[float, str]],
+                                                             list[str]]:
+    """The anchors' JSON-line dicts by (system, backend, workload, metric) -> (value, unit),
+    and the systems in the order they first appear. Dicts without a numeric value (an error
+    line, say) are left out of the index."""
+    index: dict[AnchorKey, tuple[float, str]] = {}
+    systems: list[str] = []
+    for d in dicts:
+        system = str(d.get("system", "?"))
+        if system not in systems:
+            systems.append(system)
+        value = d.get("value")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        key = (system, str(d.get("backend")), str(d.get("workload")), str(d.get("metric")))
+        index[key] = (float(value), str(d.get("unit", "")))
+    return index, systems
+
+
+def direction(metric: str, unit: str) -> tuple[bool, str, str] | None:
+    """(higher is better, what tether is when its ratio is above 1, what when below), or None
+    when a ratio of this metric means nothing."""
+    if unit == "1/s":
+        return True, "faster", "slower"
+    if unit in ("s", "ms") or (unit == "x" and metric.startswith(("wall_over_ideal",
+                                                                  "cost_ratio"))):
+        return False, "faster", "slower"
+    if unit == "MiB":
+        return False, "less memory", "more memory"
+    if unit == "bytes":
+        return False, "less disk", "more disk"
+    return None
+
+
+def compare(metric: str, unit: str, tether: float, anchor: float) -> str:
+    """How tether compares with an anchor on one metric, read as "tether is ...":
+    "3.20x faster", "1.50x more memory", "12 fewer", "same"."""
+    if metric.startswith(FEWER_IS_BETTER):
+        diff = anchor - tether
+        if diff == 0:
+            return "same"
+        return f"{fmt(abs(diff), 'count')} {'fewer' if diff > 0 else 'more'}"
+    how = direction(metric, unit)
+    if how is None or tether <= 0 or anchor <= 0:
+        return ""
+    higher_better, better, worse = how
+    ratio = tether / anchor if higher_better else anchor / tether
+    if ratio >= 1:
+        return f"{ratio:,.2f}x {better}"
+    return f"{1 / ratio:,.2f}x {worse}"
+
+
+def anchor_cell(index: Mapping[AnchorKey, tuple[float, str]], system: str, r: Result) -> str:
+    """The anchor's value of r's metric and tether's standing against it, or ""."""
+    found = index.get((system, r.backend, r.workload, r.metric))
+    if found is None:
+        return ""
+    value, unit = found
+    text = compare(r.metric, r.unit, r.value, value)
+    shown = fmt(value, unit or r.unit)
+    return f"{shown} (tether {text})" if text else shown
+
+
+def rows(jobs: list[Job], extra: list[Result],
+         anchors: Sequence[Mapping[str, Any]] | None = None) -> tuple[Row, list[Row]]:
+    """The table's header and rows; each cross-process ratio follows the last job of its
+    backend and workload. With anchor dicts, one more column per anchor system: its value
+    of the same (backend, workload, metric) and tether's ratio to it; anchor metrics tether
+    did not report follow as rows of their own."""
+    index, systems = anchor_results(list(anchors or []))
+    head = HEAD + tuple(f"{ANCHOR_NAMES.get(s, s)} (tether vs it)" for s in systems)
     out: list[Row] = []
     last = {(j.backend, j.workload): i for i, j in enumerate(jobs)}
+    seen: set[tuple[str, str, str]] = set()
+    blank = ("",) * len(systems)
     for i, job in enumerate(jobs):
         attached = [r for r in extra if last.get((r.backend, r.workload)) == i]
         for r in [*job.results, *attached]:
             goal, ok = check(r)
             met = "" if ok is None else ("yes" if ok else "NO")
-            out.append((r.backend, job.label, r.metric, fmt(r.value, r.unit), r.unit, goal, met))
+            seen.add((r.backend, r.workload, r.metric))
+            out.append((r.backend, job.label, r.metric, fmt(r.value, r.unit), r.unit, goal, met,
+                        *(anchor_cell(index, s, r) for s in systems)))
         if job.error:
-            out.append((job.backend, job.label, "error", job.error, "", "", "FAILED"))
-    return out
+            out.append((job.backend, job.label, "error", job.error, "", "", "FAILED", *blank))
+    for (system, backend, workload, metric), (value, unit) in index.items():
+        if (backend, workload, metric) in seen:
+            continue
+        cells = tuple(fmt(value, unit) if s == system else "" for s in systems)
+        out.append((backend, workload, metric, "", unit, "", "", *cells))
+    for d in anchors or []:
+        if "error" in d:
+            cells = tuple(str(d["error"]) if s == d.get("system") else "" for s in systems)
+            out.append((str(d.get("backend", "")), str(d.get("workload", "")), "error", "", "",
+                        "", "", *cells))
+    return head, out
+
+
+def anchor_line(d: Mapping[str, Any]) -> str:
+    return json.dumps(dict(d))
 
 
 def machine() -> list[str]:
@@ -123,9 +222,8 @@ def machine() -> list[str]:
     return info
 
 
-def markdown(table_rows: list[Row], jobs: list[Job], command: str, started: str,
+def markdown(head: Row, table_rows: list[Row], jobs: list[Job], command: str, started: str,
              lines: list[str]) -> str:
-    head = ("Backend", "Workload", "Metric", "Value", "Unit", "Goal", "Met")
     md = [
         "# tether benchmark results",
         "",

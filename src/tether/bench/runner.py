@@ -1,31 +1,38 @@
-"""Run tether's benchmark workloads and print the results with their goals.
+"""Run tether's benchmark workloads and print the results with their goals (`tether bench`,
+`python -m bench.run`).
 
 Each workload runs in a fresh subprocess (`python -m tether.bench.workloads ...`), so peak RSS
 is that workload's alone. Results are printed as JSON lines (the shared WORKLOADS.md format)
-as they arrive, then as a table with the goal of each metric and whether it is met; the table
-is also written to a markdown file.
+as they arrive, then as a table with the goal of each metric and whether it is met (and, from
+a checkout with bench/anchors, the LangGraph and DBOS figures beside tether's); the table can
+also be written to a markdown file.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
+from ..errors import ConfigError
 
-from .common import Result
-from .report import markdown, ratios, rows
+if TYPE_CHECKING:
+    from .common import Result
 
-WORKLOADS = ("W1", "W2", "W5", "E", "M", "L")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "E", "M", "L")
+SHARED = ("W1", "W2", "W3", "W4", "W5")  # the workloads the anchors run too (WORKLOADS.md)
+ANCHOR_SYSTEMS = ("langgraph", "dbos")
 TIMEOUT_S = 900.0  # per workload process; the workloads give up sooner themselves
 M_TIMEOUT_S = 300.0  # default cap of one megaagent run (--timeout)
 M_GRACE_S = 120.0  # on top of it for the M process: setup, verification, dropping the database
@@ -47,7 +54,7 @@ class Job:
                 *self.args]
 
 
-def plan(backends: list[str], workloads: list[str], quick: bool,
+def plan(backends: Sequence[str], workloads: Sequence[str], quick: bool,
          m_timeout: float = M_TIMEOUT_S) -> list[Job]:
     jobs: list[Job] = []
     for backend in backends:
@@ -57,6 +64,12 @@ def plan(backends: list[str], workloads: list[str], quick: bool,
             elif w == "W2":
                 for runs in (1000,) if quick else (1000, 10000):
                     jobs.append(Job(backend, "W2", (str(runs),), label=f"W2 R={runs:,}"))
+            elif w == "W3":
+                for variant in ("plain", "outbox"):
+                    jobs.append(Job(backend, "W3", (variant,), label=f"W3 {variant}"))
+            elif w == "W4":
+                n = 5000 if quick else 20000
+                jobs.append(Job(backend, "W4", (str(n), "4"), label=f"W4 N={n:,}"))
             elif w == "W5":
                 runs = 1000 if quick else 10000
                 jobs.append(Job(backend, "W5", (str(runs),), label=f"W5 R={runs:,}"))
@@ -72,84 +85,293 @@ def plan(backends: list[str], workloads: list[str], quick: bool,
     return jobs
 
 
-def run_job(job: Job, console: Console) -> None:
-    """Run one workload process; print its JSON lines as they come."""
-    console.print(f"[dim]# {job.backend} {job.label} ...[/dim]", highlight=False)
+def run_job(job: Job, on_line: Callable[[str], None]) -> str:
+    """Run one workload process; hand each JSON line to `on_line` as it comes. Returns the
+    process's stderr."""
+    from .common import Result
+
     t0 = time.monotonic()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(job.argv(), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=job.timeout)
-    except subprocess.TimeoutExpired:
+    proc = subprocess.Popen(job.argv(), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    stderr = proc.stderr
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.append(stderr.read()), daemon=True)
+    reader.start()
+    timed_out = threading.Event()
+
+    def expire() -> None:
+        timed_out.set()
         proc.kill()
-        out, err = proc.communicate()
-        job.error = f"timed out after {job.timeout:.0f} s (process killed)"
+
+    timer = threading.Timer(job.timeout, expire)
+    timer.start()
+    try:
+        for raw in proc.stdout:
+            line = raw.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                d = json.loads(line)
+                job.results.append(Result(d["backend"], d["workload"], d["metric"], d["value"],
+                                          d["unit"]))
+            except (ValueError, KeyError) as exc:
+                err.append(f"warning: unreadable result line {line!r}: {exc}\n")
+                continue
+            on_line(line)
+        proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join()
     job.seconds = time.monotonic() - t0
-    for line in out.splitlines():
-        if not line.startswith("{"):
-            continue
-        d = json.loads(line)
-        job.results.append(Result(d["backend"], d["workload"], d["metric"], d["value"], d["unit"]))
-        print(line, flush=True)
-    if proc.returncode != 0 and job.error is None:
-        lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    text = "".join(err)
+    if timed_out.is_set():
+        job.error = f"timed out after {job.timeout:.0f} s (process killed)"
+    elif proc.returncode != 0:
+        lines = [ln for ln in text.strip().splitlines() if ln.strip()]
         job.error = lines[-1].strip() if lines else f"exit status {proc.returncode}"
-    if err.strip() and (job.error or "warning" in err):
-        tail = "\n".join(err.strip().splitlines()[-3:])
-        console.print(f"[yellow]{job.backend} {job.label} stderr:[/yellow] {tail}",
-                      highlight=False)
+    return text
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m bench.run",
-         default_out: Path | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0] if __doc__
-                                     else None)
-    parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS),
-                        help=f"comma-separated subset of {','.join(WORKLOADS)} (default: all)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smaller sizes: W2 and W5 with 1,000 runs, E with 2,000 effects, "
-                             "M at 100 and 1,000 agents, shorter L measurements")
-    parser.add_argument("--timeout", type=float, default=M_TIMEOUT_S,
-                        help="seconds one megaagent run (M) may take before it is reported as "
-                             "failed (default: %(default)g)")
-    parser.add_argument("--out", type=Path, default=default_out,
-                        help="markdown table (default: %(default)s)")
-    args = parser.parse_args(argv)
-    workloads = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
-    unknown = [w for w in workloads if w not in WORKLOADS]
-    if unknown:
-        parser.error(f"unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
-    backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
+# -- arguments -------------------------------------------------------------------------------
 
-    console = Console(width=None if sys.stdout.isatty() else 120)
+
+def _choices(kind: str, allowed: Sequence[str], aliases: Mapping[str, Sequence[str]]
+             ) -> Callable[[str], list[str]]:
+    """An argparse type: a comma-separated list of `allowed` names (any case), in order."""
+
+    def parse(text: str) -> list[str]:
+        out: list[str] = []
+        for raw in text.split(","):
+            name = raw.strip()
+            if not name:
+                continue
+            key = name.lower() if kind != "workload" else name.upper()
+            names = aliases.get(key, [key])
+            bad = [n for n in names if n not in allowed]
+            if bad:
+                raise argparse.ArgumentTypeError(
+                    f"unknown {kind} {name!r}; choose from {', '.join(allowed)}")
+            out += [n for n in names if n not in out]
+        if not out:
+            raise argparse.ArgumentTypeError(f"no {kind} given")
+        return out
+
+    return parse
+
+
+parse_backends = _choices("backend", ("sqlite", "postgres"), {"both": ("sqlite", "postgres")})
+parse_workloads = _choices("workload", WORKLOADS, {})
+parse_systems = _choices("anchor system", ANCHOR_SYSTEMS, {})
+
+
+def add_arguments(p: argparse.ArgumentParser, *, anchors_by_default: bool) -> None:
+    """The options of `tether bench` and `python -m bench.run`."""
+    p.add_argument("--backend", type=parse_backends, default=["sqlite", "postgres"],
+                   metavar="sqlite,postgres", help="stores to measure (default: both)")
+    p.add_argument("--workloads", type=parse_workloads, default=None,
+                   metavar=",".join(WORKLOADS), help="workloads to run, in this order "
+                   "(default: all; M only where the examples directory is)")
+    p.add_argument("--quick", action="store_true",
+                   help="smaller sizes: W2 and W5 with 1,000 runs, W4 with 5,000 jobs, E with "
+                        "2,000 effects, M at 100 and 1,000 agents, shorter L measurements")
+    p.add_argument("--out", type=Path, help="also write the table, the machine and the JSON "
+                   "lines to this markdown file")
+    p.add_argument("--pg-url", "--db", dest="pg_url", metavar="URL",
+                   help="Postgres server to create the benchmark databases on: the URL of a "
+                        "database to connect to for CREATE DATABASE (default: $BENCH_PG_URL, "
+                        "else postgresql://postgres@127.0.0.1:5432/postgres)")
+    p.add_argument("--timeout", type=float, default=M_TIMEOUT_S, metavar="SECONDS",
+                   help="seconds one megaagent run (M) may take (default: %(default)g)")
+    p.add_argument("--anchors", type=parse_systems, nargs="?", const=list(ANCHOR_SYSTEMS),
+                   metavar="langgraph,dbos",
+                   help="also run the comparison anchors of bench/anchors (a tether checkout) "
+                        "and show their figures beside tether's"
+                        + (" (the default here)" if anchors_by_default else ""))
+    p.add_argument("--no-anchors", action="store_true", help="tether only")
+    p.set_defaults(anchors_auto=list(ANCHOR_SYSTEMS) if anchors_by_default else None)
+
+
+# -- checks before anything runs -------------------------------------------------------------
+
+
+def check_postgres(url: str) -> None:
+    import psycopg
+
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(f"--pg-url must be a postgresql:// URL, got {url!r}")
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=3):
+            pass
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        raise ConfigError(f"Postgres is not answering at {url}: {first}. Start it, point "
+                          "--pg-url (or $BENCH_PG_URL) at a server, or pass --backend sqlite"
+                          ) from None
+
+
+AnchorFn = Callable[..., list[dict[str, Any]]]
+
+
+def load_anchors() -> AnchorFn | str:
+    """bench.anchors.run_anchors from the checkout in the current directory, or why not."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module("bench.anchors")
+    except ImportError as exc:
+        return (f"the anchors need a tether checkout with bench/anchors, run from its root "
+                f"({exc})")
+    fn = getattr(module, "run_anchors", None)
+    if not callable(fn):
+        return "bench/anchors has no run_anchors(systems, backends, workloads, quick) yet"
+    return fn  # type: ignore[no-any-return]
+
+
+def resolve(args: argparse.Namespace) -> tuple[list[str], list[str] | None, list[str]]:
+    """(workloads, anchor systems or None, notes): checks the environment before anything
+    runs; ConfigError for what the user asked and cannot have."""
+    from .mega import M_HINT, megaagent_run
+
+    notes: list[str] = []
+    workloads = list(args.workloads or WORKLOADS)
+    if "M" in workloads and megaagent_run() is None:
+        if args.workloads:
+            raise ConfigError(M_HINT)
+        workloads.remove("M")
+        notes.append(f"M skipped: {M_HINT}")
+    systems = None if args.no_anchors else (args.anchors or args.anchors_auto)
+    if systems:
+        if not any(w in SHARED for w in workloads):
+            systems = None
+        elif isinstance(found := load_anchors(), str):
+            if args.anchors:
+                raise ConfigError(f"--anchors: {found}")
+            notes.append(f"anchors skipped: {found}")
+            systems = None
+    if "postgres" in args.backend:
+        check_postgres(os.environ["BENCH_PG_URL"])
+    return workloads, systems, notes
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace, prog: str = "tether bench",
+        argv: Sequence[str] | None = None) -> int:
+    """Run what `args` (from add_arguments) asks for; 1 if a workload failed."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from .common import pg_admin_url
+    from .report import anchor_line, markdown, ratios, rows
+
+    os.environ["BENCH_PG_URL"] = args.pg_url or pg_admin_url()  # the workload processes' too
+    workloads, systems, notes = resolve(args)
+    err = Console(stderr=True)
+    for note in notes:
+        err.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
-    jobs = plan(backends, workloads, args.quick, args.timeout)
-    progress = Console(stderr=True)
-    for job in jobs:
-        run_job(job, progress)
+    jobs = plan(args.backend, workloads, args.quick, args.timeout)
+    anchors: list[dict[str, Any]] = []
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+               MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True) as progress:
+        # JSON lines go to stdout; when both are one terminal, above the live display.
+        if sys.stdout.isatty() and err.is_terminal:
+            def show(line: str) -> None:
+                progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
+        else:
+            def show(line: str) -> None:
+                print(line, flush=True)
+
+        overall = progress.add_task("tether benchmarks", total=len(jobs) + bool(systems))
+        for job in jobs:
+            task = progress.add_task(f"{job.backend} {job.label}", total=None)
+            stderr = run_job(job, show)
+            progress.remove_task(task)
+            progress.advance(overall)
+            mark = "[red]FAILED[/red]" if job.error else "[green]done[/green]"
+            progress.console.print(f"{mark} {job.backend} {job.label} in {job.seconds:.1f} s"
+                                   + (f": {job.error}" if job.error else ""), highlight=False)
+            if stderr.strip() and (job.error or "warning" in stderr):
+                tail = "\n".join(stderr.strip().splitlines()[-3:])
+                progress.console.print(f"[yellow]stderr:[/yellow] {tail}", highlight=False,
+                                       markup=False)
+        if systems:
+            shared = [w for w in workloads if w in SHARED]
+            task = progress.add_task(f"anchors: {','.join(systems)} on {','.join(shared)}",
+                                     total=None)
+            anchors = call_anchors(systems, args.backend, shared, args.quick)
+            for d in anchors:
+                show(anchor_line(d))
+            progress.remove_task(task)
+            progress.advance(overall)
     extra = ratios(jobs)
     for r in extra:
-        print(r.to_json(), flush=True)
+        show(r.to_json())
 
-    table_rows = rows(jobs, extra)
+    head, table_rows = rows(jobs, extra, anchors)
+    print_table(head, table_rows)
+    if args.out is not None:
+        command = " ".join([prog, shlex.join(argv if argv is not None else sys.argv[1:])])
+        lines = ([r.to_json() for j in jobs for r in j.results] + [r.to_json() for r in extra]
+                 + [anchor_line(d) for d in anchors])
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_suffix(".tmp")
+        tmp.write_text(markdown(head, table_rows, jobs, command.strip(), started, lines))
+        tmp.replace(args.out)
+        err.print(f"[dim]table written to {args.out}[/dim]")
+    return 1 if any(j.error for j in jobs) else 0
+
+
+def call_anchors(systems: list[str], backends: list[str], workloads: list[str], quick: bool
+                 ) -> list[dict[str, Any]]:
+    """bench.anchors.run_anchors; a failure becomes an error line per system."""
+    fn = load_anchors()
+    assert not isinstance(fn, str)
+    try:
+        return [dict(d) for d in fn(systems, backends, workloads, quick)]
+    except Exception as exc:
+        return [{"system": s, "error": f"run_anchors failed: {exc!r}"} for s in systems]
+
+
+def print_table(head: Sequence[str], table_rows: Sequence[Sequence[str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
     table = Table(title="tether benchmarks", title_justify="left")
-    for name, justify in (("Backend", "left"), ("Workload", "left"), ("Metric", "left"),
-                          ("Value", "right"), ("Unit", "left"), ("Goal", "left"), ("Met", "left")):
-        table.add_column(name, justify=justify,  # type: ignore[arg-type]
+    for name in head:
+        table.add_column(name, justify="right" if name == "Value" else "left",
                          no_wrap=name in ("Backend", "Workload", "Metric", "Unit"))
     styles = {"yes": "green", "NO": "bold red", "FAILED": "bold red"}
     for row in table_rows:
         table.add_row(*row, style=styles.get(row[6]))
     console.print(table)
 
-    command = prog + " " + shlex.join(argv if argv is not None else sys.argv[1:])
-    lines = [r.to_json() for j in jobs for r in j.results] + [r.to_json() for r in extra]
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(markdown(table_rows, jobs, command.strip(), started, lines))
-        tmp.replace(args.out)
-        console.print(f"[dim]table written to {args.out}[/dim]")
-    return 1 if any(j.error for j in jobs) else 0
+
+def main(argv: list[str] | None = None, prog: str = "python -m bench.run",
+         default_out: Path | None = None) -> int:
+    """`python -m bench.run`: anchors included when bench/anchors is there."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0] if __doc__
+                                     else None)
+    add_arguments(parser, anchors_by_default=True)
+    parser.set_defaults(out=default_out)
+    args = parser.parse_args(argv)
+    try:
+        return run(args, prog, argv)
+    except ConfigError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2

@@ -3,6 +3,8 @@ format); the runner starts one such process per workload, so peak RSS is per wor
 
     python -m tether.bench.workloads W1 sqlite
     python -m tether.bench.workloads W2 postgres 10000      # runs
+    python -m tether.bench.workloads W3 sqlite outbox 100 10 2   # variant, runs, steps, lease TTL
+    python -m tether.bench.workloads W4 postgres 20000 4    # jobs, worker processes
     python -m tether.bench.workloads W5 sqlite 10000        # runs
     python -m tether.bench.workloads E postgres 10000       # effects
     python -m tether.bench.workloads M sqlite 1000 300      # agents, timeout in seconds
@@ -21,6 +23,8 @@ from .common import BACKENDS, PartialFailure, Result, emit
 USAGE = """usage: python -m tether.bench.workloads WORKLOAD BACKEND [ARGS...]
   W1 sqlite|postgres
   W2 sqlite|postgres [runs]
+  W3 sqlite|postgres [plain|outbox] [runs] [steps] [lease_ttl_s]
+  W4 sqlite|postgres [jobs] [workers]
   W5 sqlite|postgres [runs]
   E  sqlite|postgres [effects]
   M  sqlite|postgres [agents] [timeout_s]
@@ -48,6 +52,17 @@ def workload_call(workload: str, backend: str, args: list[str]) -> Coroutine[Any
         from .checkpoint import w2
 
         return w2(backend, int(arg(0, 1000)))
+    if workload == "W3":
+        from .crash import VARIANTS, w3
+
+        variant = args[0] if args else "plain"
+        if variant not in VARIANTS:
+            raise SystemExit(f"W3 variant must be plain or outbox, got {variant!r}\n{USAGE}")
+        return w3(backend, variant, int(arg(1, 100)), int(arg(2, 10)), arg(3, 2.0, float))
+    if workload == "W4":
+        from .queue import w4
+
+        return w4(backend, int(arg(0, 20000)), int(arg(1, 4)))
     if workload == "W5":
         from .suspend import w5
 
