@@ -396,7 +396,10 @@ class Runtime:
     async def _poll_finished(self) -> None:
         """Wake waiters whose runs finished elsewhere (another process's worker)."""
         while self._finished:
-            await asyncio.sleep(self.settings.poll_interval)
+            # One query covers every waiter, and its cost grows with their number: with many
+            # waiters poll less often, so the poller costs about one 1,000-id lookup per poll
+            # interval. Runs finished by a worker in this process wake their waiters at once.
+            await asyncio.sleep(self.settings.poll_interval * max(1.0, len(self._finished) / 1000))
             ids = list(self._finished)
             try:
                 statuses = await self.store.run_statuses(ids)

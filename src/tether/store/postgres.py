@@ -429,7 +429,8 @@ class PostgresStore(PgCommitter):
         _add_children(params, park.spawn)
         lost = f"run {lease.thread_id!r}: lease lost; not parked"
         if park.kind != "join":
-            if not await self._fetchall(self._q["park_run"], params):
+            # One fenced statement: group-committed with the other writes in flight.
+            if await self._write(self._q["park_run"], params, lease.thread_id) is None:
                 raise LeaseLost(lost)
         else:
             q, joined = self._q, {"thread_id": lease.thread_id, "children": list(park.children)}
@@ -511,7 +512,9 @@ class PostgresStore(PgCommitter):
     ) -> InterruptRecord | None:
         params = {"thread_id": thread_id, "value": value, "id": interrupt_id,
                   "name": INTERRUPT_CALL}
-        row = await self._fetchone(self._q["resume_interrupt"], params)
+        # One statement, group-committed: concurrent resumes of many runs share a commit;
+        # two answers to one interrupt in one batch see each other (the second finds none).
+        row = await self._write(self._q["resume_interrupt"], params, thread_id)
         if row is None:
             return None
         self.work_available.set()
