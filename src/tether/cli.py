@@ -372,6 +372,12 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     return await run_demo(args.parts or list(PARTS))
 
 
+async def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench.runner import run
+
+    return await asyncio.to_thread(run, args)  # blocking: one subprocess per workload
+
+
 # -- parser -----------------------------------------------------------------------------------
 
 
@@ -470,6 +476,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("parts", nargs="*", metavar="PART",
                    help="crash, queue, hitl, effect, async (default: all)")
     s.set_defaults(handler=cmd_demo)
+
+    from .bench.runner import add_arguments
+
+    s = sub.add_parser("bench", help="run the benchmark workloads (W1-W5, E, M, L)")
+    add_arguments(s, anchors_by_default=False)
+    s.set_defaults(handler=cmd_bench)
     return p
 
 
