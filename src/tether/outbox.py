@@ -88,13 +88,16 @@ class Dispatcher:
     worker waits for handlers within its grace period, then gives their effects back."""
 
     def __init__(self, store: Store, handlers: dict[str, EffectHandler], worker: str, *,
-                 lease_ttl: float, poll_interval: float, concurrency: int = 100) -> None:
+                 lease_ttl: float, poll_interval: float, concurrency: int = 1000) -> None:
         self.store = store
         self.handlers = handlers
         self.worker = worker
         self.lease_ttl = lease_ttl
         self.poll_interval = poll_interval
         self.concurrency = concurrency
+        # Claims go in batches: with handlers running, the next claim waits until this many
+        # slots are free, so finishing effects one by one does not cost a claim each.
+        self.claim_batch = max(1, concurrency // 4)
         self.names = [h.name for h in handlers.values() if not h.transactional]
         self.performed = 0
         self.tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -119,7 +122,7 @@ class Dispatcher:
             wake.clear()
             free = self.concurrency - len(self.tasks)
             claimed: list[EffectRecord] = []
-            if free > 0:
+            if free >= self.claim_batch or (free > 0 and not self.tasks):
                 try:
                     claimed = await self.store.claim_effects(self.worker, self.names, free,
                                                              self.lease_ttl)

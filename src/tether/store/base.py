@@ -361,13 +361,22 @@ class Store(Protocol):
         self, worker: str, names: Sequence[str], limit: int, lease_ttl: float
     ) -> list[EffectRecord]:
         """Lease due effects with these handler names, at most one per run at a time and in
-        each run's request order; each claim bumps the effect's epoch and attempts."""
+        each run's request order; each claim bumps the effect's epoch and attempts. Only a
+        run's head (its first effect still pending or running) is claimable; runs are taken
+        fairly (a store may visit them round robin rather than by due time)."""
 
     async def renew_effect_leases(self, worker: str, lease_ttl: float) -> None:
         """Extend every effect lease `worker` holds (a slow handler keeps its effect)."""
 
     async def complete_effect(self, effect: EffectRecord, result: bytes) -> bool:
-        """Mark done with the result, fenced by the effect epoch; False if the lease was lost."""
+        """Mark done with the result, fenced by the effect epoch; False if the lease was lost.
+        Concurrent calls may be written together (one statement for many done marks)."""
+
+    async def complete_effects(
+        self, items: Sequence[tuple[EffectRecord, bytes]]
+    ) -> list[bool]:
+        """complete_effect for a batch, in one statement: each row is fenced by its own epoch
+        (a row whose lease was taken over is not marked); one answer per item, in order."""
 
     async def fail_effect(self, effect: EffectRecord, error: str, delay: float | None) -> bool:
         """Retry after `delay` seconds, or dead when delay is None; fenced like complete."""

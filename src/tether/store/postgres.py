@@ -17,6 +17,7 @@ the transaction back whole and it is retried.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Sequence
 from typing import Final
 
@@ -32,6 +33,7 @@ from ..errors import (
     RunConflict,
     RunNotFound,
     SchemaError,
+    StoreError,
     StoreUnavailable,
 )
 from .base import (
@@ -68,6 +70,8 @@ __all__ = ["CHANNEL", "EFFECTS_CHANNEL", "PostgresStore", "redact_url"]
 _MIGRATE_LOCK: Final = 0x7465746865720001  # b"tether\0\1": one key for every tether database
 _NO_LIMIT: Final = 2**62
 _NEW_RUN_FIELDS: Final = tuple(NewRun.__dataclass_fields__)  # the create_run parameters
+_CLAIM_ROUNDS: Final = 4  # claim_effects statements per call at most (each visits 2*limit+100 runs)
+_DONE_BATCH: Final = 1000  # done marks per complete_effects statement
 
 
 def _run(row: TupleRow) -> RunRecord:
@@ -532,17 +536,84 @@ class PostgresStore(PgCommitter):
 
     # -- outbox ----------------------------------------------------------------------------
 
+    # Effect dispatch: claim_effects walks runs round robin from the last one it visited; done
+    # marks (complete_effect) made while a batch of them is written go together in the next.
+    _fx_after: str = ""
+    _fx_done: deque[tuple[EffectRecord, bytes, asyncio.Future[bool]]] | None = None
+    _fx_flusher: asyncio.Task[None] | None = None
+
     async def claim_effects(
         self, worker: str, names: Sequence[str], limit: int, lease_ttl: float
     ) -> list[EffectRecord]:
-        params = {"worker": worker, "names": list(names), "limit": limit,
-                  "ttl": float(lease_ttl)}
-        return [EffectRecord(*r) for r in await self._fetchall(self._q["claim_effects"], params)]
+        params: Params = {"worker": worker, "names": list(names), "ttl": float(lease_ttl)}
+        claimed: list[EffectRecord] = []
+        for _ in range(_CLAIM_ROUNDS):
+            want = limit - len(claimed)
+            params.update(limit=want, visit=2 * want + 100, after=self._fx_after)
+            found = visited = 0
+            for r in await self._fetchall(self._q["claim_effects"], params):
+                if r[0] is None:  # the last row: where the walk stopped
+                    self._fx_after, visited, found = r[15], r[16], r[17]
+                else:
+                    claimed.append(EffectRecord(*r[:15]))
+            # Stop when every run was visited, or enough due heads were found.
+            if visited < params["visit"] or found >= want or len(claimed) >= limit:
+                break
+        return claimed
 
     async def complete_effect(self, effect: EffectRecord, result: bytes) -> bool:
-        params = {"thread_id": effect.thread_id, "key": effect.key, "epoch": effect.epoch,
-                  "result": result}
-        return bool(await self._fetchall(self._q["complete_effect"], params))
+        # Coalesced: the marks of one event-loop iteration, or made while a batch is being
+        # written, go in one statement (complete_effects).
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if self._fx_done is None:
+            self._fx_done = deque()
+        self._fx_done.append((effect, result, fut))
+        if self._fx_flusher is None or self._fx_flusher.done():
+            self._fx_flusher = asyncio.create_task(self._flush_done_marks(),
+                                                   name="tether-pg-effects-done")
+        return await fut
+
+    async def _flush_done_marks(self) -> None:
+        """Write the queued done marks, up to _DONE_BATCH per statement, until none are left;
+        each caller gets its own row's answer, or the error of its batch."""
+        queue = self._fx_done
+        assert queue is not None
+        batch: list[tuple[EffectRecord, bytes, asyncio.Future[bool]]] = []
+        try:
+            while queue:
+                batch = [queue.popleft() for _ in range(min(len(queue), _DONE_BATCH))]
+                try:
+                    done = await self.complete_effects([(e, r) for e, r, _ in batch])
+                except Exception as exc:
+                    for _, _, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    continue
+                for (_, _, fut), ok in zip(batch, done, strict=True):
+                    if not fut.done():
+                        fut.set_result(ok)
+            batch = []
+        finally:  # cancelled: nobody is left waiting for an answer
+            for _, _, fut in [*batch, *queue]:
+                if not fut.done():
+                    fut.set_exception(StoreError("the store stopped before the done mark"))
+            queue.clear()
+
+    async def complete_effects(self, items: Sequence[tuple[EffectRecord, bytes]]) -> list[bool]:
+        if not items:
+            return []
+        params = {"thread_ids": [e.thread_id for e, _ in items],
+                  "keys": [e.key for e, _ in items],
+                  "epochs": [e.epoch for e, _ in items],
+                  "results": [result for _, result in items]}
+        rows = await self._fetchall(self._q["complete_effects"], params)
+        recorded = {(r[0], r[1], r[2]) for r in rows}
+        out: list[bool] = []
+        for e, _ in items:  # the same mark twice in one batch is recorded once
+            k = (e.thread_id, e.key, e.epoch)
+            out.append(k in recorded)
+            recorded.discard(k)
+        return out
 
     async def renew_effect_leases(self, worker: str, lease_ttl: float) -> None:
         params = {"worker": worker, "ttl": float(lease_ttl)}

@@ -513,6 +513,19 @@ class SQLiteStore(SQLiteIO):
         done: bool = await self._w(lambda c: c.execute(q, params).rowcount == 1)
         return done
 
+    async def complete_effects(self, items: Sequence[tuple[EffectRecord, bytes]]) -> list[bool]:
+        q = self._q["complete_effect"]
+        params = [{"thread_id": e.thread_id, "key": e.key, "epoch": e.epoch, "result": result}
+                  for e, result in items]
+        if not params:
+            return []
+
+        def job(conn: sqlite3.Connection) -> list[bool]:  # one transaction, each row fenced
+            return [conn.execute(q, p).rowcount == 1 for p in params]
+
+        done: list[bool] = await self._w(job)
+        return done
+
     async def fail_effect(self, effect: EffectRecord, error: str, delay: float | None) -> bool:
         q = self._q["fail_effect"]
         params = {"thread_id": effect.thread_id, "key": effect.key, "epoch": effect.epoch,

@@ -729,41 +729,76 @@ fx AS MATERIALIZED (SELECT pg_notify('tether_effects', '') WHERE EXISTS (SELECT 
 SELECT c.thread_id, (SELECT count(*) FROM woke), (SELECT count(*) FROM fx) FROM c;
 
 -- name: claim_effects
--- Leases due effects whose handler this worker has; a run's effects go strictly in order:
--- one is claimable only when no earlier effect of its run is pending or running. SKIP
--- LOCKED: competing dispatchers take disjoint effects.
-WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
+-- Leases due effects whose handler this worker has, at most one per run: the run's head, its
+-- first effect in request order (step, idx) still pending or running, when that one is due;
+-- so a run's effects go strictly in order, and one that waits to be retried holds back the
+-- rest. Runs are visited in thread_id order after `after`, then from the first run up to
+-- `after` again (round robin: the caller passes back the last run visited), one descent of
+-- outbox_live each (no plan depends on statistics), until `visit` runs are visited or `limit`
+-- due heads are found. SKIP LOCKED: competing dispatchers take disjoint effects (a head
+-- changed since the scan's snapshot is skipped this time). Returns the claimed effects and a
+-- last row whose first column is NULL: (the last run visited, runs visited, due heads found).
+WITH RECURSIVE t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
+h(thread_id, ctid, due, wrapped, n, found) AS (
+    SELECT %(after)s::text, NULL::tid, false, false, 0, 0
+    UNION ALL
+    SELECT x.thread_id, x.ctid, x.due, x.wrapped, h.n + 1, h.found + x.due::int
+    FROM h, t, LATERAL (
+        SELECT y.thread_id, y.ctid, y.wrapped,
+               y.name = ANY(%(names)s::text[])
+               AND ((y.status = 'pending' AND y.next_attempt_at <= t.now)
+                    OR (y.status = 'running' AND y.lease_expires_at < t.now)) AS due
+        FROM ((SELECT o.thread_id, o.ctid, o.name, o.status, o.next_attempt_at,
+                      o.lease_expires_at, h.wrapped
+               FROM outbox o
+               WHERE o.status IN ('pending', 'running') AND o.thread_id > h.thread_id
+               ORDER BY o.thread_id, o.step, o.idx LIMIT 1)
+              UNION ALL
+              (SELECT o.thread_id, o.ctid, o.name, o.status, o.next_attempt_at,
+                      o.lease_expires_at, true
+               FROM outbox o
+               WHERE o.status IN ('pending', 'running') AND NOT h.wrapped
+               ORDER BY o.thread_id, o.step, o.idx LIMIT 1)
+              LIMIT 1) y
+    ) x
+    WHERE h.n < %(visit)s AND h.found < %(limit)s
+      AND NOT (x.wrapped AND x.thread_id > %(after)s::text)
+),
 c AS (
-    SELECT o.thread_id, o.key FROM outbox o, t
-    WHERE o.name = ANY(%(names)s::text[])
+    SELECT o.ctid FROM outbox o, t
+    WHERE o.ctid = ANY(ARRAY(SELECT h.ctid FROM h WHERE h.due))
+      AND o.name = ANY(%(names)s::text[])
       AND ((o.status = 'pending' AND o.next_attempt_at <= t.now)
            OR (o.status = 'running' AND o.lease_expires_at < t.now))
-      AND NOT EXISTS (
-          SELECT 1 FROM outbox p
-          WHERE p.thread_id = o.thread_id AND p.status IN ('pending', 'running')
-            AND (p.step < o.step OR (p.step = o.step AND p.idx < o.idx)))
-    ORDER BY o.next_attempt_at
-    LIMIT %(limit)s
     FOR UPDATE OF o SKIP LOCKED
+),
+u AS (
+    UPDATE outbox
+    SET status = 'running', lease_owner = %(worker)s,
+        lease_expires_at = (SELECT now FROM t) + %(ttl)s::float8,
+        epoch = epoch + 1, attempts = attempts + 1
+    WHERE ctid = ANY(ARRAY(SELECT ctid FROM c))
+    RETURNING thread_id, key, step, idx, name, payload, status, attempts, epoch,
+              next_attempt_at, result, error, compensates, created_at, done_at
 )
-UPDATE outbox
-SET status = 'running', lease_owner = %(worker)s,
-    lease_expires_at = (SELECT now FROM t) + %(ttl)s::float8,
-    epoch = epoch + 1, attempts = attempts + 1
-FROM c
-WHERE outbox.thread_id = c.thread_id AND outbox.key = c.key
-RETURNING outbox.thread_id, outbox.key, outbox.step, outbox.idx, outbox.name, outbox.payload,
-          outbox.status, outbox.attempts, outbox.epoch, outbox.next_attempt_at, outbox.result,
-          outbox.error, outbox.compensates, outbox.created_at, outbox.done_at;
+SELECT u.*, NULL::text, NULL::int, NULL::int FROM u
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       v.thread_id, v.n, v.found
+FROM (SELECT thread_id, n, found FROM h ORDER BY n DESC LIMIT 1) v;
 
--- name: complete_effect
--- Records an effect done once: only the holder of the current effect epoch may.
--- One row back = recorded.
-UPDATE outbox
-SET status = 'done', result = %(result)s, error = NULL, lease_owner = NULL,
+-- name: complete_effects
+-- Records a batch of effects done with their results, each fenced by its own effect epoch:
+-- only the holder of a row's current epoch marks it (a lease taken over, or an effect no
+-- longer running, is left as it is). Returns (thread_id, key, epoch) of each one recorded.
+UPDATE outbox o
+SET status = 'done', result = x.result, error = NULL, lease_owner = NULL,
     lease_expires_at = NULL, done_at = extract(epoch FROM clock_timestamp())::float8
-WHERE thread_id = %(thread_id)s AND key = %(key)s AND epoch = %(epoch)s AND status = 'running'
-RETURNING 1;
+FROM unnest(%(thread_ids)s::text[], %(keys)s::text[], %(epochs)s::bigint[],
+            %(results)s::bytea[]) AS x(thread_id, key, epoch, result)
+WHERE o.thread_id = x.thread_id AND o.key = x.key AND o.epoch = x.epoch
+  AND o.status = 'running'
+RETURNING o.thread_id, o.key, o.epoch;
 
 -- name: fail_effect
 -- A failed attempt: back to pending after delay seconds (announced), or dead when delay is
