@@ -582,3 +582,120 @@ async def test_compensations_only_for_the_run_that_failed(store: Store) -> None:
                           compensate=["book"])
     assert all(e.compensates is None for e in await store.list_effects(thread_id="other"))
     assert await store.get_effect("other", "flight:compensate") is None
+
+
+# -- batched done marks, heads, the claim's walk over runs ----------------------------------
+
+
+async def test_complete_effects_marks_a_batch_each_row_fenced(store: Store) -> None:
+    for t in ("ba", "bb", "bc"):
+        await store.commit_step(commit(await running(store, t), 1, [fx("k")]))
+    old = {e.thread_id: e for e in await claim(store, ttl=SHORT, worker="d1")}
+    assert set(old) == {"ba", "bb", "bc"}
+    await asyncio.sleep(WAIT)
+    # d2 takes all three over: d1's epochs are stale now. One batch carries d2's current
+    # epochs for ba and bc, and d1's stale one for bb.
+    cur = {e.thread_id: e for e in await claim(store, worker="d2")}
+    assert all(cur[t].epoch == old[t].epoch + 1 for t in old)
+    results = {t: orjson.dumps({"t": t}) for t in old}
+    batch = [(cur["ba"], results["ba"]), (old["bb"], results["bb"]), (cur["bc"], results["bc"])]
+    assert await store.complete_effects(batch) == [True, False, True], \
+        "the stale epoch's row is not marked"
+    bb = await store.get_effect("bb", "k")
+    assert bb is not None
+    assert (bb.status, bb.result, bb.epoch) == ("running", None, cur["bb"].epoch)
+    for t in ("ba", "bc"):
+        e = await store.get_effect(t, "k")
+        assert e is not None and e.status == "done" and e.result == results[t]
+    # The current holder's mark goes through; a mark for a done row changes nothing.
+    again = await store.complete_effects([(cur["bb"], b"2"), (cur["ba"], b"x")])
+    assert again == [True, False]
+    done = await store.get_effect("ba", "k")
+    assert done is not None and done.result == results["ba"]
+    assert await store.complete_effects([]) == []
+
+
+async def test_complete_effects_answers_a_repeated_mark_once(store: Store) -> None:
+    await store.commit_step(commit(await running(store, "rep"), 1, [fx("k")]))
+    (e,) = await claim(store)
+    assert await store.complete_effects([(e, b"1"), (e, b"1")]) == [True, False]
+
+
+async def test_concurrent_done_marks_each_get_their_answer(store: Store) -> None:
+    for i in range(20):
+        await store.commit_step(commit(await running(store, f"cc{i:02d}"), 1, [fx("k")]))
+    claimed = await claim(store, ttl=SHORT)
+    assert len(claimed) == 20
+    await asyncio.sleep(WAIT)
+    retaken = {e.thread_id: e for e in await claim(store, worker="d2")}
+    stale = [e for e in claimed if int(e.thread_id[2:]) % 2]  # d1's, taken over
+    fresh = [retaken[e.thread_id] for e in claimed if not int(e.thread_id[2:]) % 2]
+    got = await asyncio.gather(*(store.complete_effect(e, orjson.dumps(e.thread_id))
+                                 for e in [*stale, *fresh]))
+    assert got == [False] * len(stale) + [True] * len(fresh)
+    statuses = {e.thread_id: e.status for e in await store.list_effects(limit=1000)}
+    assert all(statuses[e.thread_id] == "running" for e in stale)
+    assert all(statuses[e.thread_id] == "done" for e in fresh)
+
+
+async def test_a_batch_holds_one_head_per_run_and_order_holds_across_batches(
+        store: Store) -> None:
+    """Runs with several effects each, claimed in large batches and marked done a batch at a
+    time (with a failure on the way): every run's effects are performed in request order."""
+    requested: dict[str, list[str]] = {}
+    for i in range(6):
+        t = f"many{i}"
+        lease = await running(store, t)
+        first = [fx(f"{t}-s1-{j}", j) for j in range(4)]
+        second = [fx(f"{t}-s2-{j}", j, "mail") for j in range(2)]
+        await store.commit_step(commit(lease, 1, first))
+        await store.commit_step(commit(lease, 2, second))
+        requested[t] = [e.key for e in [*first, *second]]
+    performed: dict[str, list[str]] = {t: [] for t in requested}
+    failed_once = False
+    for _ in range(60):
+        batch = await claim(store, ["book", "mail"], limit=1000)
+        if not batch:
+            if all(len(performed[t]) == len(requested[t]) for t in requested):
+                break
+            await asyncio.sleep(0.05)  # a retry's delay
+            continue
+        assert len({e.thread_id for e in batch}) == len(batch), "one head per run"
+        marks = []
+        for e in batch:
+            if not failed_once and e.key == "many2-s1-1":
+                failed_once = True
+                assert await store.fail_effect(e, "boom", 0.1)
+                continue
+            performed[e.thread_id].append(e.key)
+            marks.append((e, orjson.dumps(None)))
+        assert await store.complete_effects(marks) == [True] * len(marks)
+    assert failed_once
+    assert performed == requested
+
+
+async def test_claim_comes_back_round_to_runs_it_passed(store: Store) -> None:
+    for i in range(10):
+        await store.commit_step(commit(await running(store, f"rr{i}"), 1, [fx("k1")]))
+    seen: list[str] = []
+    for _ in range(4):
+        batch = await claim(store, limit=3)
+        seen += [e.thread_id for e in batch]
+        assert await store.complete_effects([(e, b"null") for e in batch]) == [True] * len(batch)
+    assert sorted(seen) == [f"rr{i}" for i in range(10)], "every run once"
+    # New effects for runs before and after wherever the walk stopped are all found.
+    for i in range(10):
+        lease = await running(store, f"rr{i}x")
+        await store.commit_step(commit(lease, 1, [fx("k2")]))
+    assert len(await claim(store, limit=100)) == 10
+
+
+async def test_a_due_head_behind_many_busy_runs_is_found(store: Store) -> None:
+    for i in range(150):
+        await store.commit_step(commit(await running(store, f"busy{i:03d}"), 1, [fx("k")]))
+    assert len(await claim(store, limit=1000)) == 150  # all running, under a long lease
+    for t in ("aaa-first", "zzz-last"):
+        await store.commit_step(commit(await running(store, t), 1, [fx("k")]))
+    got = [e.thread_id for e in await claim(store, limit=1)]
+    got += [e.thread_id for e in await claim(store, limit=1)]
+    assert sorted(got) == ["aaa-first", "zzz-last"]

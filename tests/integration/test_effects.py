@@ -298,6 +298,54 @@ async def test_effects_of_a_run_are_performed_in_request_order(db_url: str) -> N
         assert finished[t] == list(range(8)), (t, finished[t])
 
 
+async def test_runs_are_performed_concurrently_each_in_request_order(db_url: str) -> None:
+    """Many runs with several effects each, all queued before the worker starts, so the
+    dispatcher's claims come in batches of many runs: different runs' effects run side by
+    side, one run's never, and a failure that is retried holds back the rest of its run."""
+    agent = Agent("many_ordered")
+
+    @agent.node(start=True)
+    async def request(state: State, ctx: Context) -> Command:
+        for i in range(6):
+            ctx.effect("step", {"n": i})
+        return finish()
+
+    rt = make_runtime(db_url, agent)
+    ids = [f"m{i:02d}" for i in range(30)]
+    await asyncio.gather(*(rt.start(agent, {}, thread_id=t) for t in ids))
+    finished: dict[str, list[int]] = defaultdict(list)
+    active: dict[str, int] = defaultdict(int)
+    overlaps: list[str] = []
+    most = 0
+    failed: set[str] = set()
+
+    async def perform(payload: Any, key: str) -> None:
+        nonlocal most
+        thread_id = key.split(":")[0]
+        active[thread_id] += 1
+        most = max(most, sum(1 for n in active.values() if n))
+        if active[thread_id] > 1:
+            overlaps.append(key)
+        try:
+            await asyncio.sleep(random.uniform(0, 0.005))
+            if payload["n"] == 2 and thread_id in ("m03", "m17") and thread_id not in failed:
+                failed.add(thread_id)
+                raise RuntimeError("flaky")
+            finished[thread_id].append(payload["n"])
+        finally:
+            active[thread_id] -= 1
+
+    rt.effect("step", retry=FAST)(perform)
+    async with working(rt):
+        for t in ids:
+            await settled(rt, t, 6)
+    assert overlaps == [], f"effects of one run were performed concurrently: {overlaps}"
+    assert failed == {"m03", "m17"}
+    for t in ids:
+        assert finished[t] == list(range(6)), (t, finished[t])
+    assert most > 1, "effects of different runs should run side by side"
+
+
 # -- dead effects and retry_effect ------------------------------------------------------------
 
 
