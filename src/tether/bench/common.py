@@ -229,13 +229,17 @@ class StatusCounts:
         if self._pg is not None:
             await self._pg.close()
 
-    async def get(self) -> dict[str, int]:
+    async def get(self, q: str = Q) -> dict[str, int]:
         if self._sqlite is not None:
-            rows = self._sqlite.execute(self.Q).fetchall()  # a few ms; readers never block in WAL
+            rows = self._sqlite.execute(q).fetchall()  # a few ms; readers never block in WAL
         else:
             assert self._pg is not None
-            rows = await (await self._pg.execute(self.Q.encode())).fetchall()
+            rows = await (await self._pg.execute(q.encode())).fetchall()
         return {str(status): int(n) for status, n in rows}
+
+    async def outbox(self) -> dict[str, int]:
+        """Effects by status, on the same connection."""
+        return await self.get("SELECT status, count(*) FROM outbox GROUP BY status")
 
     async def until(self, status: str, n: int, deadline: float, what: str,
                     interval: float = 0.05, check: Callable[[], None] | None = None) -> float:

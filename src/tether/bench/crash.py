@@ -40,7 +40,6 @@ from .common import (
     WorkerProcesses,
     append_line,
     bench_db,
-    outbox_counts,
 )
 
 W3_RUNS, W3_STEPS = 100, 10
@@ -194,7 +193,7 @@ async def w3(backend: str, variant: str = "plain", runs: int = W3_RUNS, steps: i
                         t_done, why = None, f" ({exc})"
                     settled = None
                     if variant == "outbox" and t_done is not None:
-                        while (await outbox_counts(url)).get("done", 0) < total:
+                        while (await counts.outbox()).get("done", 0) < total:
                             workers.check()
                             if time.perf_counter() > deadline:
                                 break
@@ -208,6 +207,7 @@ async def w3(backend: str, variant: str = "plain", runs: int = W3_RUNS, steps: i
                 finished = {i for i in range(runs)
                             if (await rt.get(f"w3-{i:05d}")).status is tether.RunStatus.COMPLETED}
         execs, effects = read_pairs(executions), read_pairs(log)
+        redeliveries = count_lines(redelivered)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -232,7 +232,7 @@ async def w3(backend: str, variant: str = "plain", runs: int = W3_RUNS, steps: i
     if variant == "outbox":
         out.insert(5, ("effects_settled_s", round(settled, 3) if settled is not None else -1.0,
                        "s"))
-        out.append(("redelivered_effects", count_lines(redelivered), "count"))
+        out.append(("redelivered_effects", redeliveries, "count"))
     results = [Result(backend, "W3", f"{m}{sfx}", v, u) for m, v, u in out]
     if lost or t_done is None:
         raise PartialFailure(f"W3 {variant}: {len(lost)} runs lost (not complete within "

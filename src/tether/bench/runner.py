@@ -169,6 +169,16 @@ parse_workloads = _choices("workload", WORKLOADS, {})
 parse_systems = _choices("anchor system", ANCHOR_SYSTEMS, {})
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value:g}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser, *, anchors_by_default: bool) -> None:
     """The options of `tether bench` and `python -m bench.run`."""
     p.add_argument("--backend", type=parse_backends, default=["sqlite", "postgres"],
@@ -185,7 +195,7 @@ def add_arguments(p: argparse.ArgumentParser, *, anchors_by_default: bool) -> No
                    help="Postgres server to create the benchmark databases on: the URL of a "
                         "database to connect to for CREATE DATABASE (default: $BENCH_PG_URL, "
                         "else postgresql://postgres@127.0.0.1:5432/postgres)")
-    p.add_argument("--timeout", type=float, default=M_TIMEOUT_S, metavar="SECONDS",
+    p.add_argument("--timeout", type=_seconds, default=M_TIMEOUT_S, metavar="SECONDS",
                    help="seconds one megaagent run (M) may take (default: %(default)g)")
     p.add_argument("--anchors", type=parse_systems, nargs="?", const=list(ANCHOR_SYSTEMS),
                    metavar="langgraph,dbos",
@@ -235,6 +245,7 @@ def load_anchors() -> AnchorFn | str:
 def resolve(args: argparse.Namespace) -> tuple[list[str], list[str] | None, list[str]]:
     """(workloads, anchor systems or None, notes): checks the environment before anything
     runs; ConfigError for what the user asked and cannot have."""
+    from .common import pg_admin_url
     from .mega import M_HINT, megaagent_run
 
     notes: list[str] = []
@@ -254,7 +265,7 @@ def resolve(args: argparse.Namespace) -> tuple[list[str], list[str] | None, list
             notes.append(f"anchors skipped: {found}")
             systems = None
     if "postgres" in args.backend:
-        check_postgres(os.environ["BENCH_PG_URL"])
+        check_postgres(args.pg_url or pg_admin_url())
     return workloads, systems, notes
 
 

@@ -174,3 +174,11 @@ def test_workload_arguments() -> None:
         workload_call("W4", "sqlite", ["many"])
     with pytest.raises(SystemExit, match="unknown workload 'W7'"):
         workload_call("W7", "sqlite", [])
+
+
+def test_bad_pg_url_and_timeout() -> None:
+    with pytest.raises(ConfigError, match="--pg-url must be a postgresql:// URL"):
+        runner.resolve(parse("--backend", "postgres", "--workloads", "W4", "--db",
+                             "sqlite:///x.db"))
+    with pytest.raises(argparse.ArgumentTypeError, match="must be > 0"):
+        runner._seconds("0")
