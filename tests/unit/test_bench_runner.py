@@ -4,6 +4,7 @@ and the table with the anchors' figures and tether's ratio to them."""
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 import pytest
@@ -108,6 +109,8 @@ def test_table_with_synthetic_anchors() -> None:
         {"system": "dbos", "backend": "postgres", "workload": "W4", "metric": "drain_per_s",
          "value": 900.5, "unit": "1/s"},
         {"system": "langgraph", "backend": "postgres", "workload": "W4", "error": "no venv"},
+        {"system": "dbos", "backend": "sqlite", "workload": "W5", "metric": "error", "value": 0,
+         "unit": "W5 (10,000): timed out"},
     ]
     head, table = rows([job, failed], [], anchors)
     assert head[-2:] == ("LangGraph (tether vs it)", "DBOS (tether vs it)")
@@ -122,7 +125,8 @@ def test_table_with_synthetic_anchors() -> None:
     errors = [r for r in table if r[2] == "error"]
     assert errors == [
         ("postgres", "W4 N=20,000", "error", "timed out after 900 s", "", "", "FAILED", "", ""),
-        ("postgres", "W4", "error", "", "", "", "", "no venv", "")]
+        ("postgres", "W4", "error", "", "", "", "", "no venv", ""),
+        ("sqlite", "W5", "error", "", "", "", "", "", "W5 (10,000): timed out")]
     assert all(len(r) == len(head) for r in table)
 
 
@@ -182,3 +186,49 @@ def test_bad_pg_url_and_timeout() -> None:
                              "sqlite:///x.db"))
     with pytest.raises(argparse.ArgumentTypeError, match="must be > 0"):
         runner._seconds("0")
+
+
+def test_call_anchors_streams_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    row = {"system": "dbos", "backend": "sqlite", "workload": "W3", "metric": "recovery_s",
+           "value": 4.0, "unit": "s"}
+    calls: list[tuple[Any, ...]] = []
+
+    def streaming(systems: list[str], backends: list[str], workloads: list[str], quick: bool,
+                  timeout: float | None = None, on_row: Any = None) -> list[dict[str, Any]]:
+        calls.append((systems, backends, workloads, quick))
+        on_row(row)
+        return [row]
+
+    def plain(systems: list[str], backends: list[str], workloads: list[str], quick: bool
+              ) -> list[dict[str, Any]]:
+        return [row]
+
+    def failing(*args: Any) -> list[dict[str, Any]]:
+        raise OSError("no disk")
+
+    for fn in (streaming, plain):
+        shown: list[str] = []
+        monkeypatch.setattr(runner, "load_anchors", lambda fn=fn: fn)
+        assert runner.call_anchors(["dbos"], ["sqlite"], ["W3"], True, shown.append) == [row]
+        assert [json.loads(s) for s in shown] == [row]  # once, streamed or not
+    assert calls == [(["dbos"], ["sqlite"], ["W3"], True)]
+    monkeypatch.setattr(runner, "load_anchors", lambda: failing)
+    shown = []
+    out = runner.call_anchors(["dbos"], ["sqlite"], ["W3"], False, shown.append)
+    assert out == [{"system": "dbos", "error": "run_anchors failed: OSError('no disk')"}]
+
+
+def test_anchor_at_another_size_is_shown_not_compared() -> None:
+    job = Job("sqlite", "W4", label="W4", results=[
+        Result("sqlite", "W4", "jobs", 5000, "count"),
+        Result("sqlite", "W4", "drain_per_s", 2000.0, "1/s"),
+    ])
+
+    def anchor(metric: str, value: float, unit: str) -> dict[str, Any]:
+        return {"system": "dbos", "backend": "sqlite", "workload": "W4", "metric": metric,
+                "value": value, "unit": unit}
+
+    _, table = rows([job], [], [anchor("jobs", 2000, "count"), anchor("drain_per_s", 100.0, "1/s")])
+    assert [r[-1] for r in table] == ["2,000", "100.0 (at 2,000 jobs)"]
+    _, table = rows([job], [], [anchor("jobs", 5000, "count"), anchor("drain_per_s", 100.0, "1/s")])
+    assert [r[-1] for r in table] == ["5,000", "100.0 (tether 20.00x faster)"]

@@ -39,6 +39,9 @@ GOALS: dict[tuple[str, str], dict[str, Goal]] = {
 }
 # Anchor systems (bench/anchors) and how their names read in a table header.
 ANCHOR_NAMES = {"langgraph": "LangGraph", "dbos": "DBOS"}
+# The metric giving a workload's size where its metric names do not carry it: the anchors'
+# figures are compared with tether's only at the same size (--quick sizes may differ).
+SIZE_METRICS = {"W3": "runs", "W4": "jobs"}
 # Metrics where fewer is better and a ratio means nothing (0 is the goal): shown as a difference.
 FEWER_IS_BETTER = ("repeated_steps", "duplicate_effects", "lost_runs")
 # The same-run physical limit W1 is compared with: one durable commit per row, one connection.
@@ -102,11 +105,22 @@ def anchor_results(dicts: list[Mapping[str, Any]]) -> tuple[dict[AnchorKey, tupl
         if system not in systems:
             systems.append(system)
         value = d.get("value")
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if (anchor_error(d) is not None or isinstance(value, bool)
+                or not isinstance(value, int | float)):
             continue
         key = (system, str(d.get("backend")), str(d.get("workload")), str(d.get("metric")))
         index[key] = (float(value), str(d.get("unit", "")))
     return index, systems
+
+
+def anchor_error(d: Mapping[str, Any]) -> str | None:
+    """The message of an anchor's error line (metric "error", the text in "unit"; or an
+    "error" key), else None."""
+    if "error" in d:
+        return str(d["error"])
+    if d.get("metric") == "error":
+        return str(d.get("unit") or "failed")
+    return None
 
 
 def direction(metric: str, unit: str) -> tuple[bool, str, str] | None:
@@ -142,14 +156,21 @@ def compare(metric: str, unit: str, tether: float, anchor: float) -> str:
     return f"{1 / ratio:,.2f}x {worse}"
 
 
-def anchor_cell(index: Mapping[AnchorKey, tuple[float, str]], system: str, r: Result) -> str:
-    """The anchor's value of r's metric and tether's standing against it, or ""."""
+def anchor_cell(index: Mapping[AnchorKey, tuple[float, str]], system: str, r: Result,
+                size: float | None = None) -> str:
+    """The anchor's value of r's metric and tether's standing against it, or "". `size`:
+    tether's size of r's workload (SIZE_METRICS); an anchor run at another size is shown
+    but not compared."""
     found = index.get((system, r.backend, r.workload, r.metric))
     if found is None:
         return ""
     value, unit = found
-    text = compare(r.metric, r.unit, r.value, value)
     shown = fmt(value, unit or r.unit)
+    noun = SIZE_METRICS.get(r.workload)
+    theirs = index.get((system, r.backend, r.workload, noun)) if noun else None
+    if size is not None and theirs is not None and theirs[0] != size:
+        return shown if r.metric == noun else f"{shown} (at {fmt(theirs[0], 'count')} {noun})"
+    text = compare(r.metric, r.unit, r.value, value)
     return f"{shown} (tether {text})" if text else shown
 
 
@@ -165,14 +186,17 @@ def rows(jobs: list[Job], extra: list[Result],
     last = {(j.backend, j.workload): i for i, j in enumerate(jobs)}
     seen: set[tuple[str, str, str]] = set()
     blank = ("",) * len(systems)
+    sizes = {(r.backend, r.workload): r.value for j in jobs for r in j.results
+             if SIZE_METRICS.get(r.workload) == r.metric}
     for i, job in enumerate(jobs):
         attached = [r for r in extra if last.get((r.backend, r.workload)) == i]
         for r in [*job.results, *attached]:
+            size = sizes.get((r.backend, r.workload))
             goal, ok = check(r)
             met = "" if ok is None else ("yes" if ok else "NO")
             seen.add((r.backend, r.workload, r.metric))
             out.append((r.backend, job.label, r.metric, fmt(r.value, r.unit), r.unit, goal, met,
-                        *(anchor_cell(index, s, r) for s in systems)))
+                        *(anchor_cell(index, s, r, size) for s in systems)))
         if job.error:
             out.append((job.backend, job.label, "error", job.error, "", "", "FAILED", *blank))
     for (system, backend, workload, metric), (value, unit) in index.items():
@@ -181,8 +205,8 @@ def rows(jobs: list[Job], extra: list[Result],
         cells = tuple(fmt(value, unit) if s == system else "" for s in systems)
         out.append((backend, workload, metric, "", unit, "", "", *cells))
     for d in anchors or []:
-        if "error" in d:
-            cells = tuple(str(d["error"]) if s == d.get("system") else "" for s in systems)
+        if (text := anchor_error(d)) is not None:
+            cells = tuple(text if s == d.get("system") else "" for s in systems)
             out.append((str(d.get("backend", "")), str(d.get("workload", "")), "error", "", "",
                         "", "", *cells))
     return head, out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import os
 import shlex
@@ -324,9 +325,7 @@ def run(args: argparse.Namespace, prog: str = "tether bench",
             shared = [w for w in workloads if w in SHARED]
             task = progress.add_task(f"anchors: {','.join(systems)} on {','.join(shared)}",
                                      total=None)
-            anchors = call_anchors(systems, args.backend, shared, args.quick)
-            for d in anchors:
-                show(anchor_line(d))
+            anchors = call_anchors(systems, args.backend, shared, args.quick, show)
             progress.remove_task(task)
             progress.advance(overall)
     extra = ratios(jobs)
@@ -347,15 +346,30 @@ def run(args: argparse.Namespace, prog: str = "tether bench",
     return 1 if any(j.error for j in jobs) else 0
 
 
-def call_anchors(systems: list[str], backends: list[str], workloads: list[str], quick: bool
-                 ) -> list[dict[str, Any]]:
-    """bench.anchors.run_anchors; a failure becomes an error line per system."""
+def call_anchors(systems: list[str], backends: list[str], workloads: list[str], quick: bool,
+                 show: Callable[[str], None]) -> list[dict[str, Any]]:
+    """bench.anchors.run_anchors, each line shown as it comes when it takes `on_row`; a
+    failure becomes an error line per system."""
+    from .report import anchor_line
+
     fn = load_anchors()
     assert not isinstance(fn, str)
+    shown: list[Mapping[str, Any]] = []
+
+    def on_row(d: Mapping[str, Any]) -> None:
+        shown.append(d)
+        show(anchor_line(d))
+
+    streams = "on_row" in inspect.signature(fn).parameters
     try:
-        return [dict(d) for d in fn(systems, backends, workloads, quick)]
+        rows = fn(systems, backends, workloads, quick, **({"on_row": on_row} if streams else {}))
     except Exception as exc:
-        return [{"system": s, "error": f"run_anchors failed: {exc!r}"} for s in systems]
+        rows = [{"system": s, "error": f"run_anchors failed: {exc!r}"} for s in systems]
+    out = [dict(d) for d in rows]
+    for d in out:
+        if not any(d == dict(seen) for seen in shown):
+            show(anchor_line(d))
+    return out
 
 
 def print_table(head: Sequence[str], table_rows: Sequence[Sequence[str]]) -> None:
