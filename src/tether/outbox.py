@@ -95,8 +95,10 @@ class Dispatcher:
         self.lease_ttl = lease_ttl
         self.poll_interval = poll_interval
         self.concurrency = concurrency
-        # Claims go in batches: with handlers running, the next claim waits until this many
-        # slots are free, so finishing effects one by one does not cost a claim each.
+        # Claims go in batches of a quarter of the slots: with handlers running, the next
+        # claim waits until that many are free (finishing effects one by one does not cost a
+        # claim each), and several smaller claims in a row let the store write the done marks
+        # of one batch while it claims the next.
         self.claim_batch = max(1, concurrency // 4)
         self.names = [h.name for h in handlers.values() if not h.transactional]
         self.performed = 0
@@ -124,8 +126,8 @@ class Dispatcher:
             claimed: list[EffectRecord] = []
             if free >= self.claim_batch or (free > 0 and not self.tasks):
                 try:
-                    claimed = await self.store.claim_effects(self.worker, self.names, free,
-                                                             self.lease_ttl)
+                    claimed = await self.store.claim_effects(
+                        self.worker, self.names, min(free, self.claim_batch), self.lease_ttl)
                 except StoreError as exc:
                     log.warning("effect claim failed: %s", exc)
                 for effect in claimed:
@@ -172,8 +174,8 @@ class Dispatcher:
     async def _call(self, k: tuple[str, str]) -> None:
         effect = self._current[k]
         handler = self.handlers[effect.name]
-        payload = serde.loads(effect.payload)
-        try:
+        try:  # an undecodable payload is a failed attempt too, not a crashed worker
+            payload = serde.loads(effect.payload)
             if effect.compensates is None:
                 result = await handler.fn(payload, effect.key)
             else:

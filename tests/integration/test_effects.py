@@ -346,6 +346,60 @@ async def test_runs_are_performed_concurrently_each_in_request_order(db_url: str
     assert most > 1, "effects of different runs should run side by side"
 
 
+async def test_an_undecodable_payload_is_a_failed_attempt_not_a_dead_worker(
+        db_url: str) -> None:
+    agent = Agent("garbled")
+
+    @agent.node(start=True)
+    async def request(state: State, ctx: Context) -> Command:
+        ctx.effect("note", {"n": state["n"]})
+        return finish()
+
+    first = make_runtime(db_url, agent)
+
+    async def refuse(payload: Any, key: str) -> None:
+        raise RuntimeError("not yet")
+
+    first.effect("note", retry=RetryPolicy(attempts=1))(refuse)
+    await first.start(agent, {"n": 1}, thread_id="garbled")
+    await first.start(agent, {"n": 2}, thread_id="fine")
+    async with working(first):
+        (bad,) = await settled(first, "garbled", 1)
+        (good,) = await settled(first, "fine", 1)
+    assert bad.status == good.status == "dead"
+    # The outbox row of "garbled" is damaged by hand: its payload is no longer JSON. Retried,
+    # it is a failed attempt each time (dead again at the end); the worker goes on.
+    if db_url.startswith("sqlite"):
+        conn = sqlite3.connect(db_url.removeprefix("sqlite:///"))
+        conn.execute("UPDATE outbox SET payload = x'ff' WHERE thread_id = 'garbled'")
+        conn.commit()
+        conn.close()
+    else:
+        with psycopg.connect(db_url, autocommit=True) as pg:
+            pg.execute(b"UPDATE outbox SET payload = '\\xff'::bytea WHERE thread_id = 'garbled'")
+    rt = make_runtime(db_url, agent)
+    seen: list[int] = []
+
+    async def note(payload: Any, key: str) -> None:
+        seen.append(payload["n"])
+
+    rt.effect("note", retry=FAST)(note)
+    await rt.open()
+    async with working(rt) as worker:
+        # (through the store: Runtime.retry_effect's Effect would decode the payload)
+        assert len(await rt.store.retry_effect(bad.key, "garbled")) == 1
+        assert len(await rt.store.retry_effect(good.key, "fine")) == 1
+
+        async def status(thread_id: str, key: str, want: str) -> bool:
+            got = await rt.store.get_effect(thread_id, key)
+            return got is not None and got.status == want and got.attempts > 0
+
+        await eventually(lambda: status("fine", good.key, "done"), "the good effect done")
+        await eventually(lambda: status("garbled", bad.key, "dead"), "the bad one dead again")
+        assert not worker.done()
+    assert seen == [2]
+
+
 # -- dead effects and retry_effect ------------------------------------------------------------
 
 
