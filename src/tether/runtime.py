@@ -31,6 +31,7 @@ from .store.base import (
     CheckpointRecord,
     EffectRecord,
     InterruptRecord,
+    Lease,
     NewRun,
     RunRecord,
     Store,
@@ -330,10 +331,29 @@ class Runtime:
             input_hash=serde.digest(a.name.encode() + b"\0" + data),
             idempotency_key=idempotency_key,
         )
-        rec, _ = await self.store.create_run(new)
+        rec = await self._create(new)
         if rec.step == 0:
             return self._to_run(rec, serde.loads(rec.input))
         return await self._with_state(rec)
+
+    async def _create(self, new: NewRun) -> RunRecord:
+        """Insert the run; when a worker of this process has a free slot, insert it leased to
+        that worker and hand it over (no claim round trip, no wake-up of other workers)."""
+        worker = next((w for w in self._workers if w.reserve()), None)
+        if worker is None:
+            rec, _ = await self.store.create_run(new)
+            return rec
+        try:
+            rec, created = await self.store.create_run(
+                new, lease=(worker.id, self.settings.lease_ttl))
+        except BaseException:
+            worker.unreserve()
+            raise
+        if not (created and rec.lease_owner == worker.id):
+            worker.unreserve()
+        elif not worker.adopt(rec):  # it began stopping meanwhile: let others claim it
+            await self.store.release_runs([Lease(rec.thread_id, worker.id, rec.epoch)])
+        return rec
 
     async def get(self, thread_id: str) -> Run:
         """The run with its current state, inbox depth and actor state."""

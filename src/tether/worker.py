@@ -83,6 +83,8 @@ class Worker:
         self._abandoned: set[Lease] = set()
         self._orphans: dict[str, Lease] = {}
         self._stopping = False
+        self._tg: asyncio.TaskGroup | None = None
+        self._reserved = 0  # slots promised to runs being started in this process
         self.dispatcher = Dispatcher(
             self.store, runtime.effect_handlers, self.id, lease_ttl=self.settings.lease_ttl,
             poll_interval=self.settings.poll_interval)
@@ -110,20 +112,51 @@ class Worker:
     def active(self) -> int:
         return len(self._tasks)
 
+    # -- runs started in this process ------------------------------------------------------
+    # runtime.start asks for a slot first; if it gets one, the run is inserted already leased
+    # to this worker (no claim, no wake-up, no reads: a new run has no journal, checkpoints or
+    # mail yet) and handed over with adopt(). Runs from elsewhere still come through claims.
+
+    def reserve(self) -> bool:
+        """Take a free slot for a run about to be started here (release it with adopt() or
+        unreserve())."""
+        if (self._tg is None or self._stopping
+                or len(self._tasks) + self._reserved >= self.concurrency):
+            return False
+        self._reserved += 1
+        return True
+
+    def unreserve(self) -> None:
+        self._reserved -= 1
+
+    def adopt(self, rec: RunRecord) -> bool:
+        """Drive a run created leased to this worker (uses the slot reserve() took). False if
+        the worker is stopping: the caller must release the run."""
+        self._reserved -= 1
+        if self._tg is None or self._stopping:
+            return False
+        lease = Lease(rec.thread_id, self.id, rec.epoch)
+        self._leases[rec.thread_id] = lease
+        self._tasks[rec.thread_id] = self._tg.create_task(self._drive(rec, lease, fresh=True))
+        return True
+
     # -- main loop -------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         log.info("worker %s starting (version %s, concurrency %d, lease %.1fs)",
                  self.id, self.runtime.version, self.concurrency, self.settings.lease_ttl)
         async with asyncio.TaskGroup() as tg:
+            self._tg = tg
             heartbeat = tg.create_task(self._heartbeat())
             dispatch = tg.create_task(self.dispatcher.run(tg))
             watcher = tg.create_task(self._watch(stop)) if stop is not None else None
             try:
                 await self._claim_loop(tg)
             finally:
+                self._stopping = True
                 self.dispatcher.stop()
                 await self._drain()
+                self._tg = None
                 heartbeat.cancel()
                 dispatch.cancel()
                 if watcher is not None:
@@ -139,7 +172,7 @@ class Worker:
         agents = list(self.runtime.agents)
         poll = self.settings.poll_interval
         while not self._stopping:
-            free = self.concurrency - len(self._tasks)
+            free = self.concurrency - len(self._tasks) - self._reserved
             wake.clear()
             if free > 0:
                 want = min(free, self.claim_batch)
@@ -219,10 +252,10 @@ class Worker:
 
     # -- one run ---------------------------------------------------------------------------
 
-    async def _drive(self, rec: RunRecord, lease: Lease) -> None:
+    async def _drive(self, rec: RunRecord, lease: Lease, fresh: bool = False) -> None:
         thread_id = rec.thread_id
         try:
-            await self._execute(rec, lease)
+            await self._execute(rec, lease, fresh)
         except asyncio.CancelledError:
             if lease in self._abandoned or self._leases.get(thread_id) is not lease:
                 return  # cancelled run, lost lease, or superseded by a newer claim of ours
@@ -247,7 +280,10 @@ class Worker:
         if self._leases.get(lease.thread_id) is lease:
             del self._leases[lease.thread_id]
 
-    async def _execute(self, rec: RunRecord, lease: Lease) -> None:
+    async def _execute(self, rec: RunRecord, lease: Lease, fresh: bool) -> None:
+        """Run steps until the run parks, finishes, fails or is released. `fresh`: created
+        just now leased to us, so it has no checkpoints, journal or mail to read yet (mail
+        sent from now on is seen at its next step, as for any run mid-step)."""
         runtime, store = self.runtime, self.store
         agent = runtime.agents.get(rec.agent)
         if agent is None:  # not claimable by us; claim filters by agent
@@ -255,9 +291,9 @@ class Worker:
         rows = await store.load_checkpoints(rec.thread_id) if rec.step > 0 else []
         state = replay(rec.input, ((cp.kind, cp.data) for cp in rows))
         since_snapshot = len(rows) - (1 if rows and rows[0].kind == "s" else 0)
-        journal = await store.load_journal(rec.thread_id, rec.step + 1)
-        inbox = [Message(m.id, m.sender, serde.loads(m.message), m.created_at)
-                 for m in await store.load_inbox(rec.thread_id)]
+        journal = [] if fresh else await store.load_journal(rec.thread_id, rec.step + 1)
+        inbox = [] if fresh else [Message(m.id, m.sender, serde.loads(m.message), m.created_at)
+                                  for m in await store.load_inbox(rec.thread_id)]
         step, node_name, attempt, failures = rec.step, rec.node, rec.attempt, rec.failures
         snapshot_every = self.settings.snapshot_every
         while True:

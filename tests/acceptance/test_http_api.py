@@ -92,7 +92,8 @@ def test_run_lifecycle_with_embedded_worker(procs: Procs) -> None:
         assert health["status"] == "ok" and health["worker"] is True
 
         run = start(c, "echo", {"message": "hi", "delay": 0.5})
-        assert run["status"] == "queued" and run["agent"] == "echo"
+        # The embedded worker had a free slot: the run was created leased to it.
+        assert run["status"] == "running" and run["agent"] == "echo"
         assert run["state"] == {"message": "hi", "delay": 0.5}
         tid = run["thread_id"]
 
@@ -418,7 +419,7 @@ def test_bearer_token(procs: Procs) -> None:
         schema = c.get("/openapi.json").json()
         assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
         assert schema["components"]["schemas"]["StartRun"]["properties"]["agent"]["enum"] == [
-            "approval", "echo", "failing", "sleeper", "ticker"]
+            "approval", "collector", "echo", "failing", "sleeper", "ticker"]
 
     env = app_env(procs.db_url, TETHER_TOKEN="from-env")
     from_env = procs.serve(env=env)

@@ -258,6 +258,36 @@ async def test_create_run_signals_work_available(store: Store) -> None:
     await asyncio.wait_for(store.work_available.wait(), 2)
 
 
+async def test_create_run_with_a_lease_inserts_it_running_leased_at_epoch_1(store: Store) -> None:
+    before = await store.now()
+    store.work_available.clear()
+    run, created = await store.create_run(new_run(), lease=("w1", SOON))
+    assert created and run.status == "running" and run.lease_owner == "w1"
+    assert run.epoch == 1 and run.attempt == 1 and run.step == 0
+    assert run.lease_expires_at is not None
+    assert before + SOON <= run.lease_expires_at <= await store.now() + SOON
+    assert not store.work_available.is_set()  # nobody else needs waking for it
+    assert run.thread_id not in await claimable(store)
+    # It commits like a claimed run; once its lease runs out, anyone may claim it.
+    await store.commit_step(step_commit(lease_of(run), 1))
+    await asyncio.sleep(SOON + 0.15)
+    again = await claim_one(store, run, "w2")
+    assert again.epoch == 2 and again.step == 1
+    with pytest.raises(LeaseLost):
+        await store.commit_step(step_commit(lease_of(run), 2))
+
+
+async def test_create_run_with_a_lease_returns_an_existing_run_unleased(store: Store) -> None:
+    new = new_run()
+    first, _ = await store.create_run(new)
+    again, created = await store.create_run(new, lease=("w1", LONG))
+    assert not created and again.status == "queued"
+    assert_unleased(again)
+    released, _ = await store.create_run(new_run(), lease=("w1", LONG))
+    await store.release_runs([lease_of(released)])
+    assert {first.thread_id, released.thread_id} <= await claimable(store)
+
+
 # -- list_runs ------------------------------------------------------------------------------
 
 

@@ -145,6 +145,41 @@ async def test_multi_node_run_completes(db_url: str) -> None:
         assert r.error is None
 
 
+async def test_start_hands_runs_to_a_local_worker_with_free_slots(db_url: str) -> None:
+    gate = asyncio.Event()
+    agent = Agent("gated")
+
+    @agent.node(start=True)
+    async def hold(state: State, ctx: Context) -> Command:
+        await gate.wait()
+        return finish({"done": ctx.thread_id})
+
+    rt = make_runtime(db_url, agent)
+    async with working(rt, concurrency=2):
+        await eventually(lambda: bool(rt._workers))
+        worker = rt._workers[0]
+        first = await rt.start("gated", {})
+        second = await rt.start("gated", {})
+        third = await rt.start("gated", {})  # no slot left: queued for any worker
+        assert (first.status, second.status, third.status) == ("running", "running", "queued")
+        assert first.lease_owner == second.lease_owner == worker.id
+        assert third.lease_owner is None
+        assert (await rt.start("gated", {}, thread_id=first.thread_id)).thread_id == first.thread_id
+        gate.set()
+        done = [await rt.wait(r.thread_id, timeout=WAIT) for r in (first, second, third)]
+        assert [r.state["done"] for r in done] == [first.thread_id, second.thread_id,
+                                                  third.thread_id]
+        for r in done:
+            assert [cp.attempt for cp in await rt.checkpoints(r.thread_id)] == [1]
+        assert worker.steps_committed == 3
+    # With the worker stopped, runs are queued again.
+    rt2 = make_runtime(db_url, agent)
+    try:
+        assert (await rt2.start("gated", {})).status == "queued"
+    finally:
+        await rt2.close()
+
+
 async def test_checkpoints_record_every_step(db_url: str) -> None:
     rt = make_runtime(db_url, pipeline_agent())
     run = await rt.start("pipeline", {"topic": "t"})

@@ -212,9 +212,12 @@ class StepCommit:
     """(group, role) memberships this run takes (role member | admin)."""
 
 
-def new_run_params(new: NewRun) -> dict[str, Any]:
-    """A NewRun as named query parameters (every store's insert_run takes these)."""
-    return {name: getattr(new, name) for name in NewRun.__dataclass_fields__}
+def new_run_params(new: NewRun, lease: tuple[str, float] | None = None) -> dict[str, Any]:
+    """A NewRun as named query parameters (every store's insert_run takes these), with the
+    lease it is created under, if any: (worker, ttl in seconds)."""
+    params = {name: getattr(new, name) for name in NewRun.__dataclass_fields__}
+    params["lease_owner"], params["lease_ttl"] = lease if lease is not None else (None, None)
+    return params
 
 
 def same_run(existing: RunRecord, new: NewRun, by: str) -> RunRecord:
@@ -256,10 +259,15 @@ class Store(Protocol):
     async def now(self) -> float:
         """The database clock."""
 
-    async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+    async def create_run(
+        self, new: NewRun, lease: tuple[str, float] | None = None
+    ) -> tuple[RunRecord, bool]:
         """Insert a queued run, or return the existing one (created=False) when the same
         idempotency key or the same thread_id with the same agent and input exists. A
-        thread_id or key that exists with another agent or input raises RunConflict."""
+        thread_id or key that exists with another agent or input raises RunConflict.
+        With `lease` (worker, ttl): a new run is inserted running, leased to that worker at
+        epoch 1 as if it had claimed it (a worker in the starting process takes it at once);
+        nobody else is woken for it."""
 
     async def get_run(self, thread_id: str) -> RunRecord | None: ...
 

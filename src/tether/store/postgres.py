@@ -183,13 +183,18 @@ class PostgresStore(PgCommitter):
 
     # -- runs ------------------------------------------------------------------------------
 
-    async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+    async def create_run(
+        self, new: NewRun, lease: tuple[str, float] | None = None
+    ) -> tuple[RunRecord, bool]:
         # Through the writer: concurrent starts are group-committed like steps.
-        row = await self._write(self._q["create_run"], _new_run_params(new), new.thread_id)
+        params = _new_run_params(new)
+        params["lease_owner"], params["lease_ttl"] = lease if lease is not None else (None, None)
+        row = await self._write(self._q["create_run"], params, new.thread_id)
         if row is not None:
             run, created = _run(row[1:23]), bool(row[0])
             if created:
-                self.work_available.set()
+                if lease is None:
+                    self.work_available.set()
                 return run, True
             by = "idempotency key" if (
                 new.idempotency_key is not None and run.idempotency_key == new.idempotency_key

@@ -113,7 +113,9 @@ class SQLiteStore(SQLiteIO):
 
     # -- runs ------------------------------------------------------------------------------
 
-    async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+    async def create_run(
+        self, new: NewRun, lease: tuple[str, float] | None = None
+    ) -> tuple[RunRecord, bool]:
         q = self._q
 
         def job(conn: sqlite3.Connection) -> tuple[RunRecord, bool]:
@@ -121,7 +123,7 @@ class SQLiteStore(SQLiteIO):
                 row = conn.execute(q["get_run_by_key"], {"key": new.idempotency_key}).fetchone()
                 if row is not None:
                     return same_run(_run(row), new, "idempotency key"), False
-            row = conn.execute(q["insert_run"], new_run_params(new)).fetchone()
+            row = conn.execute(q["insert_run"], new_run_params(new, lease)).fetchone()
             if row is not None:
                 return _run(row), True
             row = conn.execute(q["get_run"], {"thread_id": new.thread_id}).fetchone()
@@ -130,7 +132,7 @@ class SQLiteStore(SQLiteIO):
             return same_run(_run(row), new, "thread_id"), False
 
         run, created = await self._w(job)
-        if created:
+        if created and lease is None:
             self.work_available.set()
         return run, created
 

@@ -30,16 +30,23 @@ INSERT INTO schema_version (version, name, applied_at)
 VALUES (%(version)s, %(name)s, extract(epoch FROM clock_timestamp())::float8);
 
 -- name: create_run
--- Inserts a queued run and announces it, or (inserting nothing) returns the run it collides
--- with, preferring the idempotency key's run; the first column says which. No row back means
--- the colliding row was committed after this statement's snapshot: read it again.
+-- Inserts a queued run and announces it, or (lease_owner given: a worker of the starting
+-- process takes it at once) a running one under that owner's lease at epoch 1, as if claimed,
+-- unannounced. Or (inserting nothing) returns the run it collides with, preferring the
+-- idempotency key's run; the first column says which. No row back means the colliding row
+-- was committed after this statement's snapshot: read it again.
 WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
 ins AS (
     INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash,
                       idempotency_key, parent_thread_id, forked_from, forked_step,
-                      created_at, updated_at)
-    SELECT %(thread_id)s, %(agent)s, %(version)s, 'queued', %(node)s, %(input)s, %(input_hash)s,
+                      lease_owner, lease_expires_at, epoch, attempt, created_at, updated_at)
+    SELECT %(thread_id)s, %(agent)s, %(version)s,
+           CASE WHEN %(lease_owner)s::text IS NULL THEN 'queued' ELSE 'running' END,
+           %(node)s, %(input)s, %(input_hash)s,
            %(idempotency_key)s, %(parent_thread_id)s, %(forked_from)s, %(forked_step)s::bigint,
+           %(lease_owner)s::text, t.now + %(lease_ttl)s::float8,
+           CASE WHEN %(lease_owner)s::text IS NULL THEN 0 ELSE 1 END,
+           CASE WHEN %(lease_owner)s::text IS NULL THEN 0 ELSE 1 END,
            t.now, t.now
     FROM t
     ON CONFLICT DO NOTHING
@@ -48,7 +55,8 @@ ins AS (
               waiting_for, error, parent_thread_id, forked_from, forked_step, created_at,
               updated_at
 ),
-woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM ins)
+woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM ins
+                      WHERE ins.lease_owner IS NULL)
 SELECT true, ins.*, (SELECT count(*) FROM woke) FROM ins
 UNION ALL
 (SELECT false, thread_id, agent, version, status, node, step, attempt, failures, input,

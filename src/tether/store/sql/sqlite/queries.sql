@@ -5,11 +5,20 @@
 SELECT (julianday('now') - 2440587.5) * 86400.0;
 
 -- name: insert_run
--- A new run is queued; the caller's transaction makes insert-or-return atomic.
+-- A new run is queued, or (lease_owner given: a worker of the starting process takes it at
+-- once) running under that owner's lease at epoch 1, as if claimed. The caller's transaction
+-- makes insert-or-return atomic.
 INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash, idempotency_key,
-                  parent_thread_id, forked_from, forked_step, created_at, updated_at)
-VALUES (:thread_id, :agent, :version, 'queued', :node, :input, :input_hash, :idempotency_key,
-        :parent_thread_id, :forked_from, :forked_step,
+                  parent_thread_id, forked_from, forked_step, lease_owner, lease_expires_at,
+                  epoch, attempt, created_at, updated_at)
+VALUES (:thread_id, :agent, :version,
+        CASE WHEN :lease_owner IS NULL THEN 'queued' ELSE 'running' END,
+        :node, :input, :input_hash, :idempotency_key,
+        :parent_thread_id, :forked_from, :forked_step, :lease_owner,
+        CASE WHEN :lease_owner IS NULL THEN NULL
+             ELSE (julianday('now') - 2440587.5) * 86400.0 + :lease_ttl END,
+        CASE WHEN :lease_owner IS NULL THEN 0 ELSE 1 END,
+        CASE WHEN :lease_owner IS NULL THEN 0 ELSE 1 END,
         (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
 ON CONFLICT DO NOTHING
 RETURNING *;
