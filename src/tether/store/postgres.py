@@ -612,12 +612,9 @@ class PostgresStore(PgCommitter):
                   "epochs": [e.epoch for e, _ in items],
                   "results": [result for _, result in items]}
         rows = await self._fetchall(self._q["complete_effects"], params)
-        recorded = {(r[0], r[1], r[2]) for r in rows}
-        out: list[bool] = []
-        for e, _ in items:  # the same mark twice in one batch is recorded once
-            k = (e.thread_id, e.key, e.epoch)
-            out.append(k in recorded)
-            recorded.discard(k)
+        out = [False] * len(items)
+        for (i,) in rows:
+            out[i - 1] = True
         return out
 
     async def renew_effect_leases(self, worker: str, lease_ttl: float) -> None:

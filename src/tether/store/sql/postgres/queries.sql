@@ -798,15 +798,10 @@ FROM (SELECT thread_id, n, found FROM h ORDER BY n DESC LIMIT 1) v;
 -- name: complete_effects
 -- Records a batch of effects done with their results, each fenced by its own effect epoch:
 -- only the holder of a row's current epoch marks it (a lease taken over, or an effect no
--- longer running, is left as it is). Returns (thread_id, key, epoch) of each one recorded.
-UPDATE outbox o
-SET status = 'done', result = x.result, error = NULL, lease_owner = NULL,
-    lease_expires_at = NULL, done_at = extract(epoch FROM clock_timestamp())::float8
-FROM unnest(%(thread_ids)s::text[], %(keys)s::text[], %(epochs)s::bigint[],
-            %(results)s::bytea[]) AS x(thread_id, key, epoch, result)
-WHERE o.thread_id = x.thread_id AND o.key = x.key AND o.epoch = x.epoch
-  AND o.status = 'running'
-RETURNING o.thread_id, o.key, o.epoch;
+-- longer running, is left as it is). One fenced update per effect by its primary key (see
+-- tether_complete_effects, migration 0003). Returns the 1-based positions marked.
+SELECT * FROM tether_complete_effects(%(thread_ids)s::text[], %(keys)s::text[],
+                                      %(epochs)s::bigint[], %(results)s::bytea[]);
 
 -- name: fail_effect
 -- A failed attempt: back to pending after delay seconds (announced), or dead when delay is

@@ -8,3 +8,27 @@ CREATE INDEX outbox_live ON outbox (thread_id, step, idx) WHERE status IN ('pend
 -- The old claim's scan by due time; claim_effects no longer reads it (renew_effect_leases uses
 -- outbox_live), and every status change paid for an entry in it.
 DROP INDEX outbox_due;
+
+-- Done marks for a batch of effects in one call (complete_effects): one fenced update per
+-- effect by its primary key, whatever the statistics say (an UPDATE ... FROM unnest(...)
+-- joined the batch to the outbox by a plan chosen on statistics: with none, or with stale
+-- ones, it scanned the whole outbox once per batch, or once per effect). Returns the
+-- (1-based) positions of the effects marked: those whose epoch was still current.
+CREATE FUNCTION tether_complete_effects(thread_ids TEXT[], keys TEXT[], epochs BIGINT[],
+                                        results BYTEA[])
+RETURNS SETOF INTEGER LANGUAGE plpgsql AS $$
+DECLARE
+    now_ DOUBLE PRECISION := extract(epoch FROM clock_timestamp())::float8;
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(thread_ids, 1), 0) LOOP
+        UPDATE outbox
+        SET status = 'done', result = results[i], error = NULL, lease_owner = NULL,
+            lease_expires_at = NULL, done_at = now_
+        WHERE thread_id = thread_ids[i] AND key = keys[i] AND epoch = epochs[i]
+          AND status = 'running';
+        IF FOUND THEN
+            RETURN NEXT i;
+        END IF;
+    END LOOP;
+END
+$$;
