@@ -190,7 +190,8 @@ def add_arguments(p: argparse.ArgumentParser, *, anchors_by_default: bool) -> No
     p.add_argument("--quick", action="store_true",
                    help="smaller sizes: W2 and W5 with 1,000 runs, W4 with 5,000 jobs, E with "
                         "2,000 effects, M at 100 and 1,000 agents, shorter L measurements")
-    p.add_argument("--out", type=Path, help="also write the table, the machine and the JSON "
+    p.add_argument("--out", type=Path, metavar="FILE",
+                   help="also write the table, the machine and the JSON "
                    "lines to this markdown file")
     p.add_argument("--pg-url", "--db", dest="pg_url", metavar="URL",
                    help="Postgres server to create the benchmark databases on: the URL of a "
