@@ -381,7 +381,7 @@ def print_table(head: Sequence[str], table_rows: Sequence[Sequence[str]]) -> Non
     table = Table(title="tether benchmarks", title_justify="left")
     for name in head:
         table.add_column(name, justify="right" if name == "Value" else "left",
-                         no_wrap=name in ("Backend", "Workload", "Metric", "Unit"))
+                         no_wrap=name in ("Backend", "Workload", "Metric", "Value", "Unit"))
     styles = {"yes": "green", "NO": "bold red", "FAILED": "bold red"}
     for row in table_rows:
         table.add_row(*row, style=styles.get(row[6]))
