@@ -408,9 +408,16 @@ class Runtime:
                     self._finished.pop(thread_id, None)
                 else:
                     self._finished[thread_id] = (event, count - 1)
-            rec = await self.store.get_run(thread_id)
-            if rec is None:
+            # A finished run no longer changes: read it and its log together (on Postgres the
+            # two reads share one round trip).
+            found, rows = await asyncio.gather(self.store.get_run(thread_id),
+                                               self.store.load_checkpoints(thread_id))
+            if found is None:
                 raise RunNotFound(f"no run with thread_id {thread_id!r}")
+            if found.status in TERMINAL:
+                return self._to_run(found, replay(found.input,
+                                                  ((cp.kind, cp.data) for cp in rows)))
+            rec = found  # woken by a cancel that has not finished the run yet
         return await self._with_state(rec)
 
     async def _poll_finished(self) -> None:
