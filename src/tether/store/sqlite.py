@@ -495,14 +495,41 @@ class SQLiteStore(SQLiteIO):
 
     # -- outbox ----------------------------------------------------------------------------
 
+    _fx_after = ""  # where claim_effects' walk over runs stopped (round robin)
+
     async def claim_effects(
         self, worker: str, names: Sequence[str], limit: int, lease_ttl: float
     ) -> list[EffectRecord]:
-        q = self._q["claim_effects"]
-        params = {"worker": worker, "names": orjson.dumps(list(names)).decode(),
-                  "limit": limit, "ttl": lease_ttl}
-        rows = await self._w(lambda c: c.execute(q, params).fetchall())
-        return [EffectRecord(*r) for r in rows]
+        q = self._q
+        wanted = set(names)
+        visit = 8 * limit + 400  # runs looked at, at most (one probe of outbox_live each)
+
+        def job(conn: sqlite3.Connection) -> list[EffectRecord]:
+            now = conn.execute(q["now"]).fetchone()[0]
+            start = cursor = self._fx_after
+            due: list[int] = []
+            wrapped, visited = False, 0
+            while visited < visit and len(due) < limit:
+                row = conn.execute(q["effect_head_after"], {"after": cursor}).fetchone()
+                if row is None and not wrapped:
+                    wrapped = True
+                    row = conn.execute(q["effect_head_first"]).fetchone()
+                if row is None or (wrapped and row[1] > start):
+                    break  # every run visited
+                rowid, cursor, name, status, next_at, expires = row
+                visited += 1
+                if name in wanted and (
+                        (status == "pending" and next_at <= now)
+                        or (status == "running" and expires is not None and expires < now)):
+                    due.append(rowid)
+            self._fx_after = cursor
+            if not due:
+                return []
+            params = {"rowids": orjson.dumps(due).decode(), "worker": worker, "ttl": lease_ttl}
+            return [EffectRecord(*r) for r in conn.execute(q["claim_effect_rows"], params)]
+
+        claimed: list[EffectRecord] = await self._w(job)
+        return claimed
 
     async def renew_effect_leases(self, worker: str, lease_ttl: float) -> None:
         q = self._q["renew_effect_leases"]

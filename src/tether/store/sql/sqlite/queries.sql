@@ -202,24 +202,30 @@ VALUES (:thread_id, :key, :step, :idx, :name, :payload, :status, (julianday('now
         CASE WHEN :status = 'done' THEN 1 ELSE 0 END,
         CASE WHEN :status = 'done' THEN (julianday('now') - 2440587.5) * 86400.0 END);
 
--- name: claim_effects
--- Leases due effects whose handler this worker has; a run's effects go strictly in order:
--- one is claimable only when no earlier effect of its run is pending or running.
+-- name: effect_head_after
+-- The head of the first run after `after` in thread_id order: the run's first effect in
+-- request order (step, idx) still pending or running (only heads are claimable, so a run's
+-- effects go strictly in order and one waiting to be retried holds back the rest). One probe
+-- of outbox_live; claim_effects walks runs round robin with it.
+SELECT rowid, thread_id, name, status, next_attempt_at, lease_expires_at FROM outbox
+WHERE status IN ('pending', 'running') AND thread_id > :after
+ORDER BY thread_id, step, idx LIMIT 1;
+
+-- name: effect_head_first
+-- The head of the first run (the walk wraps around to it).
+SELECT rowid, thread_id, name, status, next_attempt_at, lease_expires_at FROM outbox
+WHERE status IN ('pending', 'running')
+ORDER BY thread_id, step, idx LIMIT 1;
+
+-- name: claim_effect_rows
+-- Leases the due heads the walk found (in the same write transaction), each claim bumping
+-- the effect's epoch and attempts.
 UPDATE outbox
 SET status = 'running', lease_owner = :worker,
     lease_expires_at = (julianday('now') - 2440587.5) * 86400.0 + :ttl,
     epoch = epoch + 1, attempts = attempts + 1
-WHERE (thread_id, key) IN (
-    SELECT o.thread_id, o.key FROM outbox o
-    WHERE o.name IN (SELECT value FROM json_each(:names))
-      AND ((o.status = 'pending' AND o.next_attempt_at <= (julianday('now') - 2440587.5) * 86400.0)
-           OR (o.status = 'running' AND o.lease_expires_at < (julianday('now') - 2440587.5) * 86400.0))
-      AND NOT EXISTS (
-          SELECT 1 FROM outbox p
-          WHERE p.thread_id = o.thread_id AND p.status IN ('pending', 'running')
-            AND (p.step < o.step OR (p.step = o.step AND p.idx < o.idx)))
-    ORDER BY o.next_attempt_at
-    LIMIT :limit)
+WHERE rowid IN (SELECT value FROM json_each(:rowids))
+  AND status IN ('pending', 'running')
 RETURNING thread_id, key, step, idx, name, payload, status, attempts, epoch, next_attempt_at,
           result, error, compensates, created_at, done_at;
 
@@ -253,7 +259,8 @@ ON CONFLICT DO NOTHING;
 -- name: renew_effect_leases
 -- One statement renews every effect lease a worker's dispatcher holds.
 UPDATE outbox SET lease_expires_at = (julianday('now') - 2440587.5) * 86400.0 + :ttl
-WHERE lease_owner = :worker AND status = 'running';
+WHERE lease_owner = :worker AND status = 'running'
+  AND status IN ('pending', 'running');  -- (lets it read outbox_live)
 
 -- name: get_effect
 SELECT thread_id, key, step, idx, name, payload, status, attempts, epoch, next_attempt_at,
