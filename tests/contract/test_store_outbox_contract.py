@@ -699,3 +699,39 @@ async def test_a_due_head_behind_many_busy_runs_is_found(store: Store) -> None:
     got = [e.thread_id for e in await claim(store, limit=1)]
     got += [e.thread_id for e in await claim(store, limit=1)]
     assert sorted(got) == ["aaa-first", "zzz-last"]
+
+
+async def test_the_postgres_claim_plan_reads_heads_by_index_with_or_without_statistics(
+        store: Store, db_url: str) -> None:
+    """The claim's plan must not depend on statistics (autovacuum may be off): it finds heads
+    by outbox_live and locks and updates rows by TID, never scanning the outbox, before and
+    after ANALYZE (taken while every effect is pending: stale once they run)."""
+    if store.dialect != "postgres":
+        pytest.skip("a Postgres plan")
+    from tether.store.migrate import queries
+
+    params = {"after": "", "names": ["book"], "visit": 200, "limit": 50, "worker": "d1",
+              "ttl": LONG}
+    sql = "EXPLAIN (FORMAT JSON) " + queries("postgres")["claim_effects"]
+    with psycopg.connect(db_url, autocommit=True) as pg:
+        # 5,000 pending effects of 1,000 runs (written directly: only their size matters).
+        pg.execute(b"""
+            INSERT INTO outbox (thread_id, key, step, idx, name, payload, status,
+                                next_attempt_at, created_at)
+            SELECT 'pl' || r, 'k' || i, 1, i, 'book', '{}', 'pending', 0, 0
+            FROM generate_series(1, 1000) r, generate_series(0, 4) i""")
+        for analyzed in (False, True):
+            if analyzed:
+                pg.execute(b"ANALYZE outbox")
+            (plan,), = pg.execute(sql.encode(), params).fetchall()
+            scans = _scans(plan[0]["Plan"])
+            assert ("Index Scan", "outbox_live") in scans, (analyzed, scans)
+            assert ("Tid Scan", "outbox") in scans, (analyzed, scans)
+            assert not [s for s in scans if s[0] in ("Seq Scan", "Bitmap Heap Scan")], \
+                (analyzed, scans)
+
+
+def _scans(node: dict[str, Any]) -> list[tuple[str, str]]:
+    here = ([(node["Node Type"], node.get("Index Name") or node.get("Relation Name", ""))]
+            if "Scan" in node["Node Type"] and "Relation Name" in node else [])
+    return here + [s for child in node.get("Plans", []) for s in _scans(child)]

@@ -753,9 +753,10 @@ h(thread_id, ctid, due, wrapped, n, found) AS (
     SELECT x.thread_id, x.ctid, x.due, x.wrapped, h.n + 1, h.found + x.due::int
     FROM h, t, LATERAL (
         SELECT y.thread_id, y.ctid, y.wrapped,
-               y.name = ANY(%(names)s::text[])
-               AND ((y.status = 'pending' AND y.next_attempt_at <= t.now)
-                    OR (y.status = 'running' AND y.lease_expires_at < t.now)) AS due
+               coalesce(y.name = ANY(%(names)s::text[])
+                        AND ((y.status = 'pending' AND y.next_attempt_at <= t.now)
+                             OR (y.status = 'running' AND y.lease_expires_at < t.now)),
+                        false) AS due
         FROM ((SELECT o.thread_id, o.ctid, o.name, o.status, o.next_attempt_at,
                       o.lease_expires_at, h.wrapped
                FROM outbox o
