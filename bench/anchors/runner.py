@@ -101,7 +101,7 @@ def plan(systems: list[str], backends: list[str], workloads: list[str], quick: b
     for system in systems:
         for backend in backends:
             for w in workloads:
-                if w not in SUPPORTED[system]:
+                if w not in SUPPORTED.get(system, ()):
                     continue
                 for size in sizes.get(w, (None,)):
                     big = size is not None and size >= 10_000 and w in ("W2", "W5")
