@@ -7,7 +7,7 @@ agent is an actor run: Idle (parked, no worker held) -> Processing -> Response -
 A node that returns `tether.receive()` runs again when mail arrives, with it in `ctx.inbox`.
 
 Settings come from the environment so worker subprocesses load the same app:
-MEGA_DB (default sqlite:///megaagent.db), MEGA_SEED, MEGA_LEASE_TTL.
+MEGA_DB (default sqlite:///megaagent.db), MEGA_SEED, MEGA_LEASE_TTL, MEGA_PG_POOL_TIMEOUT.
 """
 
 from __future__ import annotations
@@ -120,3 +120,9 @@ DB = os.environ.get("MEGA_DB", "sqlite:///megaagent.db")
 runtime = tether.Runtime(DB, agents=[boss, admin, worker], version="v1",
                          lease_ttl=float(os.environ.get("MEGA_LEASE_TTL", "5")),
                          poll_interval=0.1)
+# How long a step may wait for one of the Postgres store's pooled connections (the engine's
+# default is 15 s and it has no public setting yet). With 100,000 agents on 4 workers, steps
+# queue for the pool behind transactions that wait for a hot admin row; a timed-out step is
+# aborted and its run given back, which only adds work.
+if (_pool_wait := os.environ.get("MEGA_PG_POOL_TIMEOUT")) and hasattr(runtime.store, "pool_timeout"):
+    runtime.store.pool_timeout = float(_pool_wait)

@@ -48,8 +48,10 @@ def shape(agents: int) -> tuple[int, int]:
 class WorkerProcess:
     """One `tether worker` subprocess running app:runtime against `db`."""
 
-    def __init__(self, slot: int, db: str, concurrency: int, lease_ttl: float) -> None:
-        env = {**os.environ, "MEGA_DB": db, "PYTHONPATH": HERE, "MEGA_LEASE_TTL": str(lease_ttl)}
+    def __init__(self, slot: int, db: str, concurrency: int, lease_ttl: float,
+                 pool_timeout: float) -> None:
+        env = {**os.environ, "MEGA_DB": db, "PYTHONPATH": HERE, "MEGA_LEASE_TTL": str(lease_ttl),
+               "MEGA_PG_POOL_TIMEOUT": str(pool_timeout)}
         self.slot = slot
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
@@ -100,8 +102,10 @@ async def main(argv: list[str] | None = None) -> dict[str, Any]:
                         "connections, time out and deadlock at 30,000 agents)")
     p.add_argument("--lease-ttl", type=float, default=None,
                    help="worker subprocesses' lease TTL (default 2 s with --kill, so that a "
-                        "killed worker's runs come back soon; else 60 s: at 100,000 agents on "
-                        "Postgres a heartbeat can wait 15 s for a pooled connection)")
+                        "killed worker's runs come back soon; else 30 s: at 100,000 agents on "
+                        "Postgres a heartbeat can wait seconds for a pooled connection)")
+    p.add_argument("--pool-timeout", type=float, default=60,
+                   help="worker subprocesses' wait for a pooled Postgres connection (s)")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--progress", type=float, default=0,
                    help="print runs by status every this many seconds (0: never)")
@@ -111,7 +115,7 @@ async def main(argv: list[str] | None = None) -> dict[str, Any]:
     workers = args.workers or (1 if args.kill else 0)
     if args.concurrency is None:
         args.concurrency = 200 if workers else 2000
-    lease_ttl = args.lease_ttl or (2.0 if args.kill else 60.0)
+    lease_ttl = args.lease_ttl or (2.0 if args.kill else 30.0)
     os.environ["MEGA_DB"] = args.db
     sys.path.insert(0, HERE)
     import app
@@ -194,7 +198,7 @@ async def with_subprocesses(args: argparse.Namespace, n: int, lease_ttl: float, 
     signals = (signal.SIGTERM, signal.SIGINT)
     for sig in signals:
         loop.add_signal_handler(sig, me.cancel)
-    pool = [WorkerProcess(i, args.db, args.concurrency, lease_ttl) for i in range(n)]
+    pool = [WorkerProcess(i, args.db, args.concurrency, lease_ttl, args.pool_timeout) for i in range(n)]
     kills = last_done = 0
     try:
         while kills < args.kill:
@@ -216,7 +220,8 @@ async def with_subprocesses(args: argparse.Namespace, n: int, lease_ttl: float, 
             kills += 1
             print(f"SIGKILLed the worker ({kills}/{args.kill}); {done} runs completed so far; "
                   "restarting it", flush=True)
-            pool[slot] = WorkerProcess(slot, args.db, args.concurrency, lease_ttl)
+            pool[slot] = WorkerProcess(slot, args.db, args.concurrency, lease_ttl,
+                                       args.pool_timeout)
         final = await runtime.wait(boss, timeout=args.timeout)
     finally:
         # SIGTERM: each worker stops claiming, finishes or releases its leases, and exits.
