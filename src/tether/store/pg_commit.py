@@ -19,7 +19,6 @@ import logging
 from typing import Final
 
 import psycopg
-from psycopg.errors import TransactionRollback
 from psycopg.rows import TupleRow
 
 from ..errors import StoreError
@@ -33,6 +32,7 @@ from .pg_io import (
     _is_disconnect,
     _Job,
     _Key,
+    _retryable,
     _rollback,
 )
 
@@ -76,9 +76,9 @@ class PgCommitter(PgIO):
                         cur = await self._new_cursor()
                     await cur.execute(query, params)
                     return await cur.fetchone()
-                except TransactionRollback as exc:  # a deadlock victim: nothing was written
-                    if attempt == _TX_ATTEMPTS:
-                        raise self._error(exc) from exc
+                except psycopg.Error as exc:  # a deadlock victim: nothing was written
+                    if not _retryable(exc) or attempt == _TX_ATTEMPTS:
+                        raise
             raise AssertionError("unreachable")
         except psycopg.Error as exc:
             raise self._lost(exc) from exc
@@ -142,10 +142,9 @@ class PgCommitter(PgIO):
                 if cur is None or cur.closed or cur.connection.closed:
                     cur = await self._new_cursor()
                 await cur.execute(query, params)
-            except TransactionRollback as exc:  # a deadlock victim: nothing was written
-                if attempt == _TX_ATTEMPTS:
-                    _fail(fut, self._error(exc))
             except psycopg.Error as exc:
+                if _retryable(exc) and attempt < _TX_ATTEMPTS:
+                    continue  # a deadlock victim: nothing was written
                 _fail(fut, self._lost(exc))
                 return
             else:

@@ -33,7 +33,6 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.errors import PipelineAborted, TransactionRollback
-from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -381,11 +380,10 @@ class PgIO:
                         await _rollback(conn)
                         raise
                     return result
-            except TransactionRollback as exc:
-                if attempt == _TX_ATTEMPTS:
-                    raise self._error(exc) from exc
-                log.debug("transaction rolled back (%s); retrying", self._message(exc))
             except psycopg.Error as exc:
+                if _retryable(exc) and attempt < _TX_ATTEMPTS:
+                    log.debug("transaction rolled back (%s); retrying", self._message(exc))
+                    continue
                 if _is_disconnect(exc):
                     self._heal()
                 raise self._error(exc) from exc
@@ -435,11 +433,21 @@ class PgIO:
 
 
 async def _rollback(conn: Conn) -> None:
-    """End a failed explicit transaction so the connection is clean (autocommit) again."""
-    if conn.closed or conn.info.transaction_status == TransactionStatus.IDLE:
-        return
-    with contextlib.suppress(psycopg.Error):
-        await conn.execute(b"ROLLBACK")
+    """End a failed explicit transaction by closing its connection (the pool replaces it).
+    Reusing it is not safe: after a cancellation or an error mid-pipeline, libpq can report
+    IDLE while the server still holds the transaction open, with its row locks, and the next
+    user would run inside it; and statements prepared in the aborted transaction are gone
+    on the server but still in psycopg's cache ("prepared statement does not exist")."""
+    if not conn.closed:
+        with contextlib.suppress(psycopg.Error, OSError):
+            await conn.close()
+
+
+def _retryable(exc: psycopg.Error) -> bool:
+    """A deadlock victim or a serialization failure (SQLSTATE class 40): the transaction was
+    undone whole, so it can run again. (psycopg's DeadlockDetected is not a subclass of its
+    TransactionRollback.)"""
+    return isinstance(exc, TransactionRollback) or (exc.sqlstate or "").startswith("40")
 
 
 _Key = Callable[[Params], tuple[Any, ...]]
