@@ -117,12 +117,12 @@ async def work(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
 
 
 DB = os.environ.get("MEGA_DB", "sqlite:///megaagent.db")
+# How long a step may wait for one of the Postgres store's pooled connections (a URL option;
+# the default is 15 s). With 100,000 agents on 4 workers, steps queue for the pool behind
+# transactions that wait for a hot admin row; a timed-out step is aborted and its run given
+# back, which only adds work.
+if (_pool_wait := os.environ.get("MEGA_PG_POOL_TIMEOUT")) and DB.startswith("postgres"):
+    DB += ("&" if "?" in DB else "?") + f"pool_timeout={float(_pool_wait):g}"
 runtime = tether.Runtime(DB, agents=[boss, admin, worker], version="v1",
                          lease_ttl=float(os.environ.get("MEGA_LEASE_TTL", "5")),
                          poll_interval=0.1)
-# How long a step may wait for one of the Postgres store's pooled connections (the engine's
-# default is 15 s and it has no public setting yet). With 100,000 agents on 4 workers, steps
-# queue for the pool behind transactions that wait for a hot admin row; a timed-out step is
-# aborted and its run given back, which only adds work.
-if (_pool_wait := os.environ.get("MEGA_PG_POOL_TIMEOUT")) and hasattr(runtime.store, "pool_timeout"):
-    runtime.store.pool_timeout = float(_pool_wait)

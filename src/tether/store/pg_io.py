@@ -94,6 +94,33 @@ def _is_disconnect(exc: BaseException) -> bool:
     return state is None or state.startswith("08") or state in {"57P01", "57P02", "57P03"}
 
 
+_POOL_OPTIONS: Final = ("pool_min", "pool_max", "pool_timeout")
+
+
+def _pool_options(rest: str, safe_url: str) -> tuple[str, dict[str, float]]:
+    """Take tether's own URL query options out (libpq refuses unknown ones): pool_min and
+    pool_max (connections per process), pool_timeout (seconds to wait for a free one)."""
+    base, sep, query = rest.partition("?")
+    if not sep:
+        return rest, {}
+    kept, found = [], {}
+    for item in query.split("&"):
+        key, _, value = item.partition("=")
+        if key not in _POOL_OPTIONS:
+            kept.append(item)
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        whole = key != "pool_timeout"
+        if number <= 0 or (whole and not number.is_integer()):
+            raise ConfigError(f"{key} in {safe_url!r} must be a positive "
+                              f"{'integer' if whole else 'number'}, got {value!r}")
+        found[key] = number
+    return base + ("?" + "&".join(kept) if kept else ""), found
+
+
 class PgIO:
     """PostgresStore's connections: its settings and state, and the plumbing its Store methods
     and the group-commit writer (PgCommitter) run on."""
@@ -123,6 +150,10 @@ class PgIO:
             )
         if max_size < 2:
             raise ConfigError("max_size must be at least 2 (the committer holds one connection)")
+        rest, pool = _pool_options(rest, self.safe_url)
+        min_size = int(pool.get("pool_min", min_size))
+        max_size = int(pool.get("pool_max", max_size))
+        pool_timeout = pool.get("pool_timeout", pool_timeout)
         try:
             params = conninfo_to_dict("postgresql://" + rest)  # libpq knows no "+psycopg"
         except psycopg.Error as exc:
