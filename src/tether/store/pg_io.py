@@ -33,6 +33,7 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.errors import PipelineAborted, TransactionRollback
+from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -464,14 +465,23 @@ class PgIO:
 
 
 async def _rollback(conn: Conn) -> None:
-    """End a failed explicit transaction by closing its connection (the pool replaces it).
-    Reusing it is not safe: after a cancellation or an error mid-pipeline, libpq can report
-    IDLE while the server still holds the transaction open, with its row locks, and the next
-    user would run inside it; and statements prepared in the aborted transaction are gone
-    on the server but still in psycopg's cache ("prepared statement does not exist")."""
-    if not conn.closed:
-        with contextlib.suppress(psycopg.Error, OSError):
-            await conn.close()
+    """End a failed explicit transaction so the connection goes back to the pool clean.
+    Always send ROLLBACK, whatever libpq reports: after a cancellation or an error
+    mid-pipeline it can read IDLE while the server still holds the transaction open, with its
+    row locks, and the next user would run inside it. (ROLLBACK outside a transaction is only
+    a warning, and psycopg drops its prepared-statement cache on it, so statements prepared in
+    the aborted transaction are not reused.) If that fails, close the connection: the pool
+    replaces it."""
+    if conn.closed:
+        return
+    try:
+        await conn.execute(b"ROLLBACK")
+        if conn.info.transaction_status == TransactionStatus.IDLE:
+            return
+    except (psycopg.Error, OSError):
+        pass
+    with contextlib.suppress(psycopg.Error, OSError):
+        await conn.close()
 
 
 def _retryable(exc: psycopg.Error) -> bool:
