@@ -724,11 +724,9 @@ def test_malformed_db_url_is_a_config_error(url: str) -> None:
         Runtime(url, agents=[pipeline_agent()])
 
 
-async def test_postgres_pool_options_in_the_url(db_url: str) -> None:
-    if not db_url.startswith("postgresql"):
-        pytest.skip("a Postgres URL option")
-    sep = "&" if "?" in db_url else "?"
-    rt = make_runtime(db_url + f"{sep}pool_max=3&pool_timeout=2.5", pipeline_agent())
+async def test_postgres_pool_options_in_the_url(pg_url: str) -> None:
+    sep = "&" if "?" in pg_url else "?"
+    rt = make_runtime(pg_url + f"{sep}pool_max=3&pool_timeout=2.5", pipeline_agent())
     store: Any = rt.store
     assert (store.max_size, store.pool_timeout) == (3, 2.5)
     async with working(rt):  # libpq never saw the options: the pool connects
