@@ -135,7 +135,7 @@ class Worker:
     def adopt(self, rec: RunRecord) -> bool:
         """Drive a run created leased to this worker (uses the slot reserve() took). False if
         the worker is stopping: the caller must release the run."""
-        self._reserved -= 1
+        self.unreserve()
         if self._tg is None or self._stopping:
             return False
         lease = Lease(rec.thread_id, self.id, rec.epoch)

@@ -69,17 +69,7 @@ class PgCommitter(PgIO):
         # for any cancelled write.
         self._busy = True
         try:
-            for attempt in range(1, _TX_ATTEMPTS + 1):
-                try:
-                    cur = self._cursor
-                    if cur is None or cur.closed or cur.connection.closed:
-                        cur = await self._new_cursor()
-                    await cur.execute(query, params)
-                    return await cur.fetchone()
-                except psycopg.Error as exc:  # a deadlock victim: nothing was written
-                    if not _retryable(exc) or attempt == _TX_ATTEMPTS:
-                        raise
-            raise AssertionError("unreachable")
+            return await self._execute_one(query, params)
         except psycopg.Error as exc:
             raise self._lost(exc) from exc
         finally:
@@ -134,22 +124,29 @@ class PgCommitter(PgIO):
         self._cursor = cur = conn.cursor()
         return cur
 
-    async def _commit_one(self, job: _Job) -> None:
-        query, params, _, fut = job
+    async def _execute_one(self, query: bytes, params: Params) -> TupleRow | None:
+        """One statement on the writer's connection (autocommit); its first row. A deadlock
+        victim wrote nothing, so it runs again (a few times)."""
         for attempt in range(1, _TX_ATTEMPTS + 1):
             try:
                 cur = self._cursor
                 if cur is None or cur.closed or cur.connection.closed:
                     cur = await self._new_cursor()
                 await cur.execute(query, params)
+                return await cur.fetchone()
             except psycopg.Error as exc:
-                if _retryable(exc) and attempt < _TX_ATTEMPTS:
-                    continue  # a deadlock victim: nothing was written
-                _fail(fut, self._lost(exc))
-                return
-            else:
-                _done(fut, await cur.fetchone())
-                return
+                if not _retryable(exc) or attempt == _TX_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _commit_one(self, job: _Job) -> None:
+        query, params, _, fut = job
+        try:
+            row = await self._execute_one(query, params)
+        except psycopg.Error as exc:
+            _fail(fut, self._lost(exc))
+        else:
+            _done(fut, row)
 
     async def _commit_batch(self, batch: list[_Job]) -> None:
         """One transaction, one pipeline, one round trip: BEGIN; lock_batch (every run row

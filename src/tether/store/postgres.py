@@ -51,6 +51,7 @@ from .base import (
     Park,
     RunRecord,
     StepCommit,
+    new_run_params,
     same_run,
 )
 from .migrate import behind_message, latest, migrations
@@ -69,7 +70,7 @@ __all__ = ["CHANNEL", "EFFECTS_CHANNEL", "PostgresStore", "redact_url"]
 
 _MIGRATE_LOCK: Final = 0x7465746865720001  # b"tether\0\1": one key for every tether database
 _NO_LIMIT: Final = 2**62
-_NEW_RUN_FIELDS: Final = tuple(NewRun.__dataclass_fields__)  # the create_run parameters
+_NEW_RUN_FIELDS: Final = tuple(NewRun.__dataclass_fields__)  # a child run's parameters
 _CLAIM_ROUNDS: Final = 4  # claim_effects statements per call at most (each visits 2*limit+100 runs)
 _DONE_BATCH: Final = 1000  # done marks per complete_effects statement
 
@@ -187,9 +188,7 @@ class PostgresStore(PgCommitter):
         self, new: NewRun, lease: tuple[str, float] | None = None
     ) -> tuple[RunRecord, bool]:
         # Through the writer: concurrent starts are group-committed like steps.
-        params = _new_run_params(new)
-        params["lease_owner"], params["lease_ttl"] = lease if lease is not None else (None, None)
-        row = await self._write(self._q["create_run"], params, new.thread_id)
+        row = await self._write(self._q["create_run"], new_run_params(new, lease), new.thread_id)
         if row is not None:
             run, created = _run(row[1:23]), bool(row[0])
             if created:
@@ -681,10 +680,6 @@ def _step_params(commit: StepCommit) -> Params:
         "wake_at": commit.wake_at,
         "waiting_for": commit.waiting_for,
     }
-
-
-def _new_run_params(new: NewRun) -> Params:
-    return {name: getattr(new, name) for name in _NEW_RUN_FIELDS}
 
 
 def _add_children(params: Params, children: Sequence[NewRun]) -> None:
