@@ -13,12 +13,12 @@ import sqlite3
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import psycopg
 
 from apps import effects_app
+from apps.inprocess import eventually, make_runtime, working
 from tether import (
     Agent,
     Command,
@@ -37,36 +37,6 @@ State = dict[str, Any]
 WAIT = 20.0  # generous: a wait that times out fails the test, it does not hang it
 FAST = RetryPolicy(attempts=3, initial=0.01, factor=1.0, jitter=0.0)
 
-
-
-def make_runtime(db_url: str, *agents: Agent, **kwargs: Any) -> Runtime:
-    kwargs.setdefault("poll_interval", 0.05)
-    return Runtime(db_url, agents=list(agents), version="v1", **kwargs)
-
-
-@contextlib.asynccontextmanager
-async def working(runtime: Runtime, concurrency: int = 8) -> AsyncIterator[asyncio.Task[None]]:
-    """An in-process worker (with its dispatcher) for the block; stopped and awaited after,
-    and the runtime closed."""
-    stop = asyncio.Event()
-    task = asyncio.create_task(runtime.work(concurrency=concurrency, stop=stop))
-    try:
-        yield task
-    finally:
-        stop.set()
-        try:
-            await asyncio.wait_for(task, WAIT)
-        finally:
-            await runtime.close()
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str,
-                     timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 async def settled(rt: Runtime, thread_id: str, count: int, timeout: float = WAIT

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
+import functools
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 
-from apps import mail_app
+from apps import inprocess, mail_app
+from apps.inprocess import eventually, make_runtime
 from apps.mail_app import mailbox_rows
 from tether import (
     ADMIN_CHANNEL,
@@ -31,34 +31,10 @@ from tether import (
 
 State = dict[str, Any]
 WAIT = 30.0  # generous: a wait that times out fails the test, it does not hang it
+# The runtime stays open after the worker stops: tests close it themselves.
+working = functools.partial(inprocess.working, concurrency=20, close=False)
 
 
-
-def make_runtime(db_url: str, *agents: Agent, **kwargs: Any) -> Runtime:
-    kwargs.setdefault("poll_interval", 0.05)
-    return Runtime(db_url, agents=list(agents), version="v1", **kwargs)
-
-
-@contextlib.asynccontextmanager
-async def working(runtime: Runtime, concurrency: int = 20) -> AsyncIterator[None]:
-    """An in-process worker for the block; stopped and awaited after (the runtime stays
-    open: close it yourself)."""
-    stop = asyncio.Event()
-    task = asyncio.create_task(runtime.work(concurrency=concurrency, stop=stop))
-    try:
-        yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, WAIT)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str,
-                     timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def status(rt: Runtime, thread_id: str) -> RunStatus:

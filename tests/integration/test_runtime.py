@@ -5,16 +5,18 @@ worker (`runtime.work`) as an asyncio task."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import itertools
 import os
 import time
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from apps import inprocess
+from apps.inprocess import eventually
 from tether import (
     Agent,
     Command,
@@ -40,40 +42,10 @@ from tether.store.base import Lease
 
 State = dict[str, Any]
 WAIT = 20.0  # generous: a wait that times out fails the test, it does not hang it
+make_runtime = functools.partial(inprocess.make_runtime, poll_interval=0.02)
+working = functools.partial(inprocess.working, concurrency=4)
 
 
-
-def make_runtime(db_url: str, *agents: Agent, **kwargs: Any) -> Runtime:
-    kwargs.setdefault("poll_interval", 0.02)
-    return Runtime(db_url, agents=list(agents), version="v1", **kwargs)
-
-
-@contextlib.asynccontextmanager
-async def working(runtime: Runtime, concurrency: int = 4) -> AsyncIterator[asyncio.Task[None]]:
-    """An in-process worker for the block; stopped, awaited and the runtime closed after."""
-    stop = asyncio.Event()
-    task = asyncio.create_task(runtime.work(concurrency=concurrency, stop=stop))
-    try:
-        yield task
-    finally:
-        stop.set()
-        try:
-            await asyncio.wait_for(task, WAIT)
-        finally:
-            await runtime.close()
-
-
-async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 # -- agents -----------------------------------------------------------------------------------
