@@ -147,6 +147,17 @@ def run_error(data: bytes | None) -> RunError | None:
                     d.get("traceback", ""))
 
 
+@dataclass(slots=True)
+class _Waiting:
+    """The waiters of one run: woken together; `state` is the final state a local worker
+    handed over with the step it is after (taken by the first waiter)."""
+
+    event: asyncio.Event
+    count: int = 0
+    step: int = -1
+    state: dict[str, Any] | None = None
+
+
 class Runtime:
     """Durable runs of the given agents on one database.
 
@@ -179,7 +190,7 @@ class Runtime:
         self.store: Store = store if store is not None else make_store(self.settings.db)
         self._open_lock = asyncio.Lock()
         self._opened = False
-        self._finished: dict[str, tuple[asyncio.Event, int]] = {}
+        self._finished: dict[str, _Waiting] = {}
         self._poller: asyncio.Task[None] | None = None
         self._subscribers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
         self.effect_handlers: dict[str, EffectHandler] = {}
@@ -388,46 +399,54 @@ class Runtime:
         """Wait until the run is completed, failed or cancelled; returns it.
         Raises TimeoutError after `timeout` seconds.
 
-        A worker in this process wakes waiters at once; otherwise one shared poller checks
-        all waited-for runs in one query per poll interval, however many waiters there are."""
+        A worker in this process wakes waiters at once and hands over the final state (no
+        replay of the log); otherwise one shared poller checks all waited-for runs in one
+        query per poll interval, however many waiters there are."""
         await self.open()
-        rec = await self.store.get_run(thread_id)
-        if rec is None:
-            raise RunNotFound(f"no run with thread_id {thread_id!r}")
-        if rec.status not in TERMINAL:
-            event, count = self._finished.get(thread_id, (asyncio.Event(), 0))
-            self._finished[thread_id] = (event, count + 1)
-            if self._poller is None or self._poller.done():
-                self._poller = asyncio.create_task(self._poll_finished())
-            try:
-                async with asyncio.timeout(timeout):
-                    await event.wait()
-            finally:
-                event, count = self._finished.get(thread_id, (event, 1))
-                if count <= 1:
-                    self._finished.pop(thread_id, None)
-                else:
-                    self._finished[thread_id] = (event, count - 1)
-            # A finished run no longer changes: read it and its log together (on Postgres the
-            # two reads share one round trip).
-            found, rows = await asyncio.gather(self.store.get_run(thread_id),
-                                               self.store.load_checkpoints(thread_id))
-            if found is None:
+        if not self._driving(thread_id):  # a run a worker here drives exists and is not over
+            rec = await self.store.get_run(thread_id)
+            if rec is None:
                 raise RunNotFound(f"no run with thread_id {thread_id!r}")
-            if found.status in TERMINAL:
-                return self._to_run(found, replay(found.input,
-                                                  ((cp.kind, cp.data) for cp in rows)))
-            rec = found  # woken by a cancel that has not finished the run yet
-        return await self._with_state(rec)
+            if rec.status in TERMINAL:
+                return await self._with_state(rec)
+        entry = self._finished.get(thread_id)
+        if entry is None:
+            entry = self._finished[thread_id] = _Waiting(asyncio.Event())
+        entry.count += 1
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.create_task(self._poll_finished())
+        try:
+            if timeout is None:
+                await entry.event.wait()
+            else:
+                async with asyncio.timeout(timeout):
+                    await entry.event.wait()
+        finally:
+            entry.count -= 1
+            if entry.count <= 0 and self._finished.get(thread_id) is entry:
+                del self._finished[thread_id]
+        handed, entry.state = entry.state, None  # the first waiter takes the worker's state
+        found = await self.store.get_run(thread_id)
+        if found is None:
+            raise RunNotFound(f"no run with thread_id {thread_id!r}")
+        if handed is not None and found.status in TERMINAL and found.step == entry.step:
+            return self._to_run(found, handed)
+        return await self._with_state(found)  # also: woken by a cancel not finished yet
+
+    def _driving(self, thread_id: str) -> bool:
+        """A worker of this process runs this run now (so it exists and will notify)."""
+        return any(w.driving(thread_id) for w in self._workers)
 
     async def _poll_finished(self) -> None:
         """Wake waiters whose runs finished elsewhere (another process's worker)."""
         while self._finished:
             # One query covers every waiter, and its cost grows with their number: with many
             # waiters poll less often, so the poller costs about one 1,000-id lookup per poll
-            # interval. Runs finished by a worker in this process wake their waiters at once.
+            # interval. Runs driven by a worker in this process wake their waiters at once.
             await asyncio.sleep(self.settings.poll_interval * max(1.0, len(self._finished) / 1000))
-            ids = list(self._finished)
+            ids = [tid for tid in self._finished if not self._driving(tid)]
+            if not ids:
+                continue
             try:
                 statuses = await self.store.run_statuses(ids)
             except Exception:  # a store outage must not kill the waiters' only poller
@@ -585,10 +604,14 @@ class Runtime:
 
     # -- internals -------------------------------------------------------------------------
 
-    def notify_finished(self, thread_id: str) -> None:
+    def notify_finished(self, thread_id: str, step: int = -1,
+                        state: dict[str, Any] | None = None) -> None:
+        """Wake the run's waiters; a worker finishing the run hands over its final `state`
+        after `step` (exactly what a replay of the log gives), so a waiter need not replay."""
         entry = self._finished.get(thread_id)
         if entry is not None:
-            entry[0].set()
+            entry.step, entry.state = step, state
+            entry.event.set()
 
     async def load_state(self, rec: RunRecord, upto: int | None = None) -> dict[str, Any]:
         rows: list[CheckpointRecord] = []

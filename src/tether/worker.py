@@ -115,6 +115,10 @@ class Worker:
     def active(self) -> int:
         return len(self._tasks)
 
+    def driving(self, thread_id: str) -> bool:
+        """This worker runs the run now (its task notifies waiters if it finishes it)."""
+        return thread_id in self._tasks
+
     # -- runs started in this process ------------------------------------------------------
     # runtime.start asks for a slot first; if it gets one, the run is inserted already leased
     # to this worker (no claim, no wake-up, no reads: a new run has no journal, checkpoints or
@@ -382,7 +386,7 @@ class Worker:
                 self._forget(lease)
                 if status == "completed":
                     runtime.emit(rec.thread_id, {"type": "completed", "step": step})
-                    runtime.notify_finished(rec.thread_id)
+                    runtime.notify_finished(rec.thread_id, step, state)
                 return
             node_name, attempt, failures, journal, inbox = next_node, 1, 0, [], []
 

@@ -611,6 +611,23 @@ async def test_journal_refuses_an_unleased_run(store: Store) -> None:
     assert await store.load_journal(run.thread_id, 1) == []
 
 
+async def test_concurrent_journal_writes_fence_each_run_alone(store: Store) -> None:
+    """Calls journaled at once share a group commit; the one with a stale lease is refused
+    and the others are written."""
+    runs = await started(store, 4)
+    leases = [lease_of(r) for r in await store.claim_runs("w1", V, AGENTS, 10, LONG)]
+    stale = Lease(leases[1].thread_id, "w1", leases[1].epoch - 1)
+    outcomes = await asyncio.gather(
+        *(store.record_call(le if i != 1 else stale, 1, 0, "f", b"1")
+          for i, le in enumerate(leases)),
+        return_exceptions=True)
+    assert [isinstance(o, LeaseLost) for o in outcomes] == [False, True, False, False]
+    for i, le in enumerate(leases):
+        expected = [] if i == 1 else [JournalRecord(0, "f", b"1")]
+        assert await store.load_journal(le.thread_id, 1) == expected
+    assert len(runs) == 4
+
+
 # -- commit_step ----------------------------------------------------------------------------
 
 
@@ -719,6 +736,24 @@ async def test_commit_with_a_made_up_epoch_is_refused(store: Store) -> None:
         await store.commit_step(step_commit(Lease("nope", "w1", 1), 1))
     assert await store.checkpoints(run.thread_id) == []
     assert await store.get_run(run.thread_id) == held
+
+
+async def test_concurrent_commits_fence_each_run_alone(store: Store) -> None:
+    """Steps committed at once share a group commit; the one with a stale lease commits
+    nothing and the others commit their checkpoint and move on."""
+    await started(store, 4)
+    held = await store.claim_runs("w1", V, AGENTS, 10, LONG)
+    leases = [lease_of(r) for r in held]
+    leases[2] = Lease(leases[2].thread_id, "w1", leases[2].epoch + 1)
+    outcomes = await asyncio.gather(
+        *(store.commit_step(step_commit(le, 1, next_node="n2")) for le in leases),
+        return_exceptions=True)
+    assert [isinstance(o, LeaseLost) for o in outcomes] == [False, False, True, False]
+    for i, le in enumerate(leases):
+        now = await store.get_run(le.thread_id)
+        assert now is not None
+        assert (now.step, now.node) == ((0, held[i].node) if i == 2 else (1, "n2"))
+        assert [c.step for c in await store.checkpoints(le.thread_id)] == ([] if i == 2 else [1])
 
 
 async def test_commit_creates_children_with_their_parent(store: Store) -> None:

@@ -377,6 +377,25 @@ async def test_wait_times_out_while_no_worker_runs(db_url: str) -> None:
         await rt.close()
 
 
+async def test_waiters_of_a_run_finished_here_get_the_state_of_its_log(db_url: str) -> None:
+    """A local worker hands the final state to the first waiter; every waiter (there are
+    three here, one arriving after the end) gets its own copy, equal to a replay of the log."""
+    rt = make_runtime(db_url, counter_agent(6))
+    async with working(rt):
+        run = await rt.start("counter")
+        first, second = await asyncio.wait_for(
+            asyncio.gather(rt.wait(run.thread_id), rt.wait(run.thread_id)), WAIT)
+        late = await rt.wait(run.thread_id)
+        stored = await rt.get(run.thread_id)
+        log = await rt.checkpoints(run.thread_id)
+    assert first.status is RunStatus.COMPLETED and first.step == 6
+    for got in (first, second, late):
+        assert got.state == stored.state == log[-1].state
+        assert got.updated_at == stored.updated_at
+    assert first.state["log"] == [1, 2, 3, 4, 5, 6]
+    assert first.state is not second.state and first.state["log"] is not second.state["log"]
+
+
 # -- the journal ------------------------------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ raises LeaseLost. Times are seconds since the Unix epoch on the database clock.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -298,12 +298,15 @@ class Store(Protocol):
     async def release_runs(self, leases: Sequence[Lease]) -> None:
         """Give leased runs back (status queued, lease cleared) so any worker resumes them."""
 
-    async def record_call(self, lease: Lease, step: int, idx: int, name: str, result: bytes) -> None:
-        """Durably journal one call result. Raises LeaseLost if the epoch moved."""
+    def record_call(
+        self, lease: Lease, step: int, idx: int, name: str, result: bytes
+    ) -> Awaitable[Any]:
+        """Durably journal one call result. Raises LeaseLost if the epoch moved. (An awaitable,
+        so a store may return its group commit's future without a coroutine around it.)"""
 
     async def load_journal(self, thread_id: str, step: int) -> list[JournalRecord]: ...
 
-    async def commit_step(self, commit: StepCommit) -> None:
+    def commit_step(self, commit: StepCommit) -> Awaitable[Any]:
         """Append the checkpoint, move the run, and write the step's effects (performing the
         transactional ones), atomically, fenced by the lease epoch. Raises LeaseLost (and
         writes nothing) if the epoch moved, DuplicateEffectKey if an effect key was used

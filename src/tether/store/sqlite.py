@@ -7,7 +7,7 @@ holds SQLiteStore, the Store protocol's methods on top of them.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -34,7 +34,7 @@ from .base import (
     same_run,
 )
 from .migrate import behind_message, latest, migrations
-from .sqlite_io import SQLiteIO, _Connections, parse_sqlite_url
+from .sqlite_io import Fenced, SQLiteIO, _Connections, parse_sqlite_url
 
 __all__ = ["SQLiteStore", "parse_sqlite_url"]
 
@@ -80,7 +80,7 @@ class SQLiteStore(SQLiteIO):
         return int(got or 0)
 
     async def schema_version(self) -> tuple[int, int]:
-        current = await self._r(self._applied)
+        current = await self._r(self._applied, snapshot=True)
         return int(current), latest("sqlite")
 
     async def migrate(self) -> list[int]:
@@ -197,63 +197,50 @@ class SQLiteStore(SQLiteIO):
 
     # -- steps -----------------------------------------------------------------------------
 
-    async def record_call(self, lease: Lease, step: int, idx: int, name: str, result: bytes) -> None:
-        q = self._q["insert_journal"]
-        params = {
-            "thread_id": lease.thread_id,
-            "epoch": lease.epoch,
-            "step": step,
-            "idx": idx,
-            "name": name,
-            "result": result,
-        }
-        count = await self._w(lambda c: c.execute(q, params).rowcount)
-        if count != 1:
-            raise LeaseLost(f"run {lease.thread_id!r}: lease lost before journaling call {idx}")
+    def record_call(
+        self, lease: Lease, step: int, idx: int, name: str, result: bytes
+    ) -> Awaitable[Any]:
+        # A plain future, not a coroutine: the hot path awaits one object less per call.
+        return self._w(Fenced(
+            self._q["insert_journal"],
+            (lease.thread_id, step, idx, name, result, lease.epoch),
+            f"run {lease.thread_id!r}: lease lost before journaling call {idx}"))
 
     async def load_journal(self, thread_id: str, step: int) -> list[JournalRecord]:
         q = self._q["load_journal"]
         rows = await self._r(lambda c: c.execute(q, {"thread_id": thread_id, "step": step}).fetchall())
         return [JournalRecord(r[0], r[1], r[2]) for r in rows]
 
-    async def commit_step(self, commit: StepCommit) -> None:
+    def commit_step(self, commit: StepCommit) -> Awaitable[Any]:
         lease = commit.lease
-        if commit.status == "running" and commit.wake_at is None and commit.waiting_for is None:
-            q_run = self._q["advance_run"]
-            run_params: dict[str, Any] = {"thread_id": lease.thread_id, "epoch": lease.epoch,
-                                          "step": commit.step, "next_node": commit.next_node}
-        else:
-            q_run = self._q["commit_run"]
-            run_params = {
-                "thread_id": lease.thread_id,
-                "epoch": lease.epoch,
-                "step": commit.step,
-                "next_node": commit.next_node,
-                "status": commit.status,
-                "wake_at": commit.wake_at,
-                "waiting_for": commit.waiting_for,
-            }
-        cp_params = (
-            lease.thread_id,
-            commit.step,
-            commit.node,
-            commit.next_node,
-            commit.kind,
-            commit.data,
-            lease.worker,
-            commit.attempt,
-            commit.started_at,
-            commit.finished_at,
-        )
-        insert_cp = (
-            "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        )
+        cp = (lease.thread_id, commit.step, commit.node, commit.next_node, commit.kind,
+              commit.data, lease.worker, commit.attempt, commit.started_at, commit.finished_at)
+        if (commit.status == "running" and commit.wake_at is None
+                and commit.waiting_for is None and not (
+                    commit.effects or commit.children or commit.messages or commit.consumed
+                    or commit.groups)):
+            # The common step: the run moves on under the same lease and nothing else is
+            # written. A plain future, batched with the other such steps of this group commit.
+            return self._w(Fenced(
+                self._q["advance_run"],
+                (commit.step, commit.next_node, lease.thread_id, lease.epoch),
+                f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed",
+                self._q["insert_checkpoint"], cp))
+        return self._commit_step(commit, cp)
 
+    async def _commit_step(self, commit: StepCommit, cp: tuple[Any, ...]) -> None:
+        lease = commit.lease
+        run_params = {
+            "thread_id": lease.thread_id,
+            "epoch": lease.epoch,
+            "step": commit.step,
+            "next_node": commit.next_node,
+            "status": commit.status,
+            "wake_at": commit.wake_at,
+            "waiting_for": commit.waiting_for,
+        }
         effects = commit.effects
         q = self._q
-        terminal = commit.status in TERMINAL
-        simple = not (effects or commit.children or commit.messages or commit.consumed
-                      or commit.groups or terminal or commit.waiting_for)
 
         def job(conn: sqlite3.Connection) -> bool:
             if effects:
@@ -268,17 +255,15 @@ class SQLiteStore(SQLiteIO):
                     raise DuplicateEffectKey(
                         f"run {lease.thread_id!r}: effect key {taken[0][0]!r} was already used "
                         "in this run; explicit effect keys must be unique within a run")
-            if conn.execute(q_run, run_params).rowcount != 1:
+            if conn.execute(q["commit_run"], run_params).rowcount != 1:
                 return False
-            conn.execute(insert_cp, cp_params)
-            if simple:
-                return True
+            conn.execute(q["insert_checkpoint"], cp)
             self._commit_extras(conn, commit)
             return True
 
         if not await self._w(job):
             raise LeaseLost(f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed")
-        if commit.children or commit.messages or commit.status == "queued" or terminal:
+        if commit.children or commit.messages or commit.status == "queued" or commit.status in TERMINAL:
             self.work_available.set()
         if effects:
             self.effects_available.set()
@@ -585,18 +570,10 @@ class SQLiteStore(SQLiteIO):
         return [EffectRecord(*r) for r in rows]
 
     async def load_checkpoints(self, thread_id: str, upto: int | None = None) -> list[CheckpointRecord]:
-        q_snap, q_range = self._q["last_snapshot"], self._q["checkpoints_range"]
-        limit = upto if upto is not None else 2**62
-
-        def job(conn: sqlite3.Connection) -> list[CheckpointRecord]:
-            snap = conn.execute(q_snap, {"thread_id": thread_id, "upto": limit}).fetchone()[0]
-            rows = conn.execute(
-                q_range, {"thread_id": thread_id, "from_step": snap or 0, "upto": limit}
-            ).fetchall()
-            return [_checkpoint(r) for r in rows]
-
-        result: list[CheckpointRecord] = await self._r(job)
-        return result
+        q = self._q["load_checkpoints"]
+        params = {"thread_id": thread_id, "upto": upto if upto is not None else 2**62}
+        rows = await self._r(lambda c: c.execute(q, params).fetchall())
+        return [_checkpoint(r) for r in rows]
 
     async def checkpoints(self, thread_id: str) -> list[CheckpointRecord]:
         q = self._q["checkpoints_range"]

@@ -16,10 +16,34 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from ..errors import ConfigError, StoreError, StoreUnavailable
+from ..errors import ConfigError, LeaseLost, StoreError, StoreUnavailable
 from .migrate import queries
 
 Job = Callable[[sqlite3.Connection], Any]
+
+
+class Fenced:
+    """A write of the hot path (a journaled call, a step that only advances the run), batched
+    with the others of its kind into one executemany per group commit. `sql` must change
+    exactly one row, or the lease was lost; `then_sql` runs only where it did. When the fence
+    fails, the caller's future gets LeaseLost(`lost`)."""
+
+    __slots__ = ("lost", "params", "sql", "then_params", "then_sql")
+
+    def __init__(self, sql: str, params: tuple[Any, ...], lost: str,
+                 then_sql: str | None = None, then_params: tuple[Any, ...] = ()) -> None:
+        self.sql, self.params, self.lost = sql, params, lost
+        self.then_sql, self.then_params = then_sql, then_params
+
+    def run(self, conn: sqlite3.Connection) -> bool:
+        if conn.execute(self.sql, self.params).rowcount != 1:
+            return False
+        if self.then_sql is not None:
+            conn.execute(self.then_sql, self.then_params)
+        return True
+
+
+Item = tuple["Job | Fenced", "asyncio.Future[Any]"]
 _SYNC_MODES = {"OFF", "NORMAL", "FULL", "EXTRA"}
 _MAX_BATCH = 1024
 
@@ -46,7 +70,7 @@ class _Connections:
     def __init__(self, connect: Callable[[], sqlite3.Connection], shared: bool) -> None:
         self.write = connect()
         self.read = self.write if shared else connect()
-        self._pending: list[tuple[Job, asyncio.Future[Any]]] = []
+        self._pending: list[Item] = []
         self._loop = asyncio.get_running_loop()
         self._scheduled = False
 
@@ -57,7 +81,7 @@ class _Connections:
             self.read.close()
         self.write.close()
 
-    def submit(self, job: Job) -> asyncio.Future[Any]:
+    def submit(self, job: Job | Fenced) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any] = self._loop.create_future()
         self._pending.append((job, fut))
         if not self._scheduled:
@@ -82,16 +106,25 @@ class _Connections:
         _deliver(results)
 
     def _transaction(
-        self, batch: list[tuple[Job, asyncio.Future[Any]]]
+        self, batch: list[Item]
     ) -> list[tuple[asyncio.Future[Any], bool, Any]] | None:
         """Run jobs in one transaction. None if a job of a multi-job batch failed (rolled
-        back); a single job's failure is returned as its result."""
+        back); a single job's failure is returned as its result.
+
+        Fenced writes run last, one executemany per kind. The order of jobs within one batch
+        is free: they were all submitted while none of them had committed."""
         conn = self.write
         results: list[tuple[asyncio.Future[Any], bool, Any]] = []
+        fenced: dict[tuple[str, str | None], list[tuple[Fenced, asyncio.Future[Any]]]] = {}
         try:
             conn.execute("BEGIN IMMEDIATE")
             for job, fut in batch:
-                results.append((fut, True, job(conn)))
+                if type(job) is Fenced:
+                    fenced.setdefault((job.sql, job.then_sql), []).append((job, fut))
+                else:
+                    results.append((fut, True, job(conn)))  # type: ignore[operator]
+            for (sql, then_sql), items in fenced.items():
+                _run_fenced(conn, sql, then_sql, items, results)
             conn.execute("COMMIT")
         except Exception as exc:
             if conn.in_transaction:
@@ -101,10 +134,13 @@ class _Connections:
             return [(batch[0][1], False, _wrap(exc))]
         return results
 
-    def run_read(self, job: Job) -> Any:
+    def run_read(self, job: Job, snapshot: bool = False) -> Any:
+        """Run a read job on the read connection. A single statement reads one consistent
+        snapshot by itself (autocommit); `snapshot=True` wraps a multi-statement job in one
+        read transaction."""
         conn = self.read
         try:
-            if conn is self.write:
+            if not snapshot or conn is self.write:
                 return job(conn)
             conn.execute("BEGIN")
             try:
@@ -113,6 +149,30 @@ class _Connections:
                 conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise _wrap(exc) from exc
+
+
+def _run_fenced(
+    conn: sqlite3.Connection, sql: str, then_sql: str | None,
+    items: list[tuple[Fenced, asyncio.Future[Any]]],
+    results: list[tuple[asyncio.Future[Any], bool, Any]],
+) -> None:
+    """One kind of fenced write for many runs: one executemany when every fence holds (the
+    common case), else each on its own inside a savepoint-undone retry."""
+    if len(items) > 1:
+        conn.execute("SAVEPOINT fenced")
+        if conn.executemany(sql, [job.params for job, _ in items]).rowcount == len(items):
+            if then_sql is not None:
+                conn.executemany(then_sql, [job.then_params for job, _ in items])
+            conn.execute("RELEASE fenced")
+            results.extend((fut, True, True) for _, fut in items)
+            return
+        conn.execute("ROLLBACK TO fenced")
+        conn.execute("RELEASE fenced")
+    for job, fut in items:
+        if job.run(conn):
+            results.append((fut, True, True))
+        else:
+            results.append((fut, False, LeaseLost(job.lost)))
 
 
 def _deliver(results: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
@@ -175,12 +235,12 @@ class SQLiteIO:
         if conns is not None:
             conns.close()
 
-    def _w(self, job: Job) -> asyncio.Future[Any]:
+    def _w(self, job: Job | Fenced) -> asyncio.Future[Any]:
         if self._conns is None:
             raise StoreError("store is not open")
         return self._conns.submit(job)
 
-    async def _r(self, job: Job) -> Any:
+    async def _r(self, job: Job, snapshot: bool = False) -> Any:
         if self._conns is None:
             raise StoreError("store is not open")
-        return self._conns.run_read(job)
+        return self._conns.run_read(job, snapshot)

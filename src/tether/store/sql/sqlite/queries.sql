@@ -76,11 +76,11 @@ UPDATE runs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL,
 WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running';
 
 -- name: insert_journal
--- Journals a call result only while the caller's epoch is current.
+-- Journals a call result only while the caller's epoch is current. Positional parameters
+-- (thread_id, step, idx, name, result, epoch): batched in one executemany.
 INSERT INTO journal (thread_id, step, idx, name, result)
-SELECT :thread_id, :step, :idx, :name, :result
-WHERE EXISTS (SELECT 1 FROM runs
-              WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running');
+SELECT ?1, ?2, ?3, ?4, ?5
+WHERE EXISTS (SELECT 1 FROM runs WHERE thread_id = ?1 AND epoch = ?6 AND status = 'running');
 
 -- name: load_journal
 SELECT idx, name, result FROM journal WHERE thread_id = :thread_id AND step = :step ORDER BY idx;
@@ -98,17 +98,18 @@ WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running';
 
 -- name: advance_run
 -- The common case of commit_run: the run stays running on the same lease and moves to its
--- next step. Touches no indexed column, so no index entry is rewritten.
+-- next step. Touches no indexed column, so no index entry is rewritten. Positional parameters
+-- (step, next_node, thread_id, epoch): batched in one executemany.
 UPDATE runs
-SET step = :step, node = :next_node, attempt = 1, failures = 0,
+SET step = ?1, node = ?2, attempt = 1, failures = 0,
     updated_at = (julianday('now') - 2440587.5) * 86400.0
-WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running';
+WHERE thread_id = ?3 AND epoch = ?4 AND status = 'running';
 
 -- name: insert_checkpoint
+-- Positional parameters, in column order: batched in one executemany.
 INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
                          started_at, finished_at)
-VALUES (:thread_id, :step, :node, :next_node, :kind, :data, :worker, :attempt,
-        :started_at, :finished_at);
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: fail_step
 -- Records a failed attempt, fenced: final -> failed with the error; else queued until wake_at.
@@ -127,9 +128,13 @@ SET status = 'cancelled', epoch = epoch + 1, lease_owner = NULL, lease_expires_a
     wake_at = NULL, updated_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE thread_id = :thread_id AND status NOT IN ('completed', 'failed', 'cancelled');
 
--- name: last_snapshot
-SELECT max(step) FROM checkpoints
-WHERE thread_id = :thread_id AND kind = 's' AND step <= :upto;
+-- name: load_checkpoints
+-- The log from the last snapshot at or before :upto, in one statement (one read snapshot).
+SELECT * FROM checkpoints
+WHERE thread_id = :thread_id AND step <= :upto
+  AND step >= coalesce((SELECT max(step) FROM checkpoints
+                        WHERE thread_id = :thread_id AND kind = 's' AND step <= :upto), 0)
+ORDER BY step;
 
 -- name: checkpoints_range
 SELECT * FROM checkpoints
