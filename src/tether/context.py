@@ -132,10 +132,10 @@ class Context:
         value = fn(*args, **kwargs)
         if inspect.isawaitable(value):
             value = await value
-        data = serde.dumps(value, f"result of call #{idx} to {name}")
+        data, decoded = serde.encode(value, f"result of call #{idx} to {name}")
         await self._store.record_call(self._lease, self.step, idx, name, data)
         # Return the decoded record so the first execution sees exactly what a replay sees.
-        return serde.loads(data)
+        return decoded
 
     def interrupt(self, payload: Any = None) -> Any:
         """Ask a person for input. The first time this is reached the run parks as `waiting`

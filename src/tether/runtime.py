@@ -592,6 +592,10 @@ class Runtime:
                 if not subs:
                     del self._subscribers[thread_id]
 
+    def watched(self, thread_id: str) -> bool:
+        """Someone in this process subscribes to the run's events (else emit() drops them)."""
+        return thread_id in self._subscribers
+
     def emit(self, thread_id: str, event: dict[str, Any]) -> None:
         """Deliver an event to this process's subscribers of the run (slow ones drop events)."""
         subs = self._subscribers.get(thread_id)

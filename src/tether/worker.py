@@ -375,17 +375,19 @@ class Worker:
                 await self._failed(agent, node_name, lease, failures, exc)
                 return
             self.steps_committed += 1
-            runtime.emit(rec.thread_id, {"type": "step", "step": step, "node": node_name,
-                                         "next_node": next_node, "status": status})
-            if inbox or ctx.messages:
-                runtime.emit(rec.thread_id, {"type": "response", "step": step,
-                                             "sent": len(ctx.messages)})
-            if parks:
-                runtime.emit(rec.thread_id, {"type": "idle", "step": step})
+            if runtime.watched(rec.thread_id):
+                runtime.emit(rec.thread_id, {"type": "step", "step": step, "node": node_name,
+                                             "next_node": next_node, "status": status})
+                if inbox or ctx.messages:
+                    runtime.emit(rec.thread_id, {"type": "response", "step": step,
+                                                 "sent": len(ctx.messages)})
+                if parks:
+                    runtime.emit(rec.thread_id, {"type": "idle", "step": step})
+                if status == "completed":
+                    runtime.emit(rec.thread_id, {"type": "completed", "step": step})
             if status != "running":
                 self._forget(lease)
                 if status == "completed":
-                    runtime.emit(rec.thread_id, {"type": "completed", "step": step})
                     runtime.notify_finished(rec.thread_id, step, state)
                 return
             node_name, attempt, failures, journal, inbox = next_node, 1, 0, [], []

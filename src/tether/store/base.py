@@ -183,9 +183,9 @@ COMPENSATION_STEP = 2_000_000_000
 """Compensations sort after every effect of their run (see add_compensations)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is built per step, and frozen __init__ is slower
 class StepCommit:
-    """Everything one super-step commits atomically.
+    """Everything one super-step commits atomically (treat as read-only).
 
     status: the run's status after the step: "running" (the worker keeps the lease and goes
     on), "queued" (released), "completed", "waiting", "sleeping".
