@@ -756,6 +756,24 @@ async def test_concurrent_commits_fence_each_run_alone(store: Store) -> None:
         assert [c.step for c in await store.checkpoints(le.thread_id)] == ([] if i == 2 else [1])
 
 
+async def test_concurrent_writes_keep_every_byte_of_their_data(store: Store) -> None:
+    """Batched journal writes and step commits store their bytes exactly (the batched forms
+    carry them differently from the one-by-one statements)."""
+    await started(store, 5)
+    leases = [lease_of(r) for r in await store.claim_runs("w1", V, AGENTS, 10, LONG)]
+    texts = ['quote " back \\ slash', "line\nbreak\ttab \u2028 \u0000 nul escape",
+             "unicode é ß 😀 𝄞", "", "a" * 5000]
+    datas = [orjson.dumps({"v": t, "n": [1.5, -0.1, 10**18]}) for t in texts]
+    await asyncio.gather(*(store.record_call(le, 1, 0, "f", d)
+                           for le, d in zip(leases, datas, strict=True)))
+    commits = [step_commit(le, 1, data={"v": t}) for le, t in zip(leases, texts, strict=True)]
+    await asyncio.gather(*(store.commit_step(c) for c in commits))
+    for le, d, c in zip(leases, datas, commits, strict=True):
+        assert await store.load_journal(le.thread_id, 1) == [JournalRecord(0, "f", d)]
+        (cp,) = await store.checkpoints(le.thread_id)
+        assert (cp.data, cp.started_at, cp.finished_at) == (c.data, c.started_at, c.finished_at)
+
+
 async def test_commit_creates_children_with_their_parent(store: Store) -> None:
     (parent,) = await started(store)
     held = await claim_one(store, parent)

@@ -205,15 +205,17 @@ FOR NO KEY UPDATE;
 -- name: commit_steps
 -- Many plain commit_steps (distinct runs) in one statement, inside a group commit after
 -- lock_batch: each row fenced on its own epoch exactly as commit_step; only the runs that
--- match move and get their checkpoint. Returns the thread_ids committed.
+-- match move and get their checkpoint. Returns the thread_ids committed. The rows come as
+-- one JSON array of commit_step's parameters (data as its UTF-8 text): one parameter to
+-- encode, not an array per column.
 WITH x AS (
-    SELECT * FROM unnest(%(thread_id)s::text[], %(epoch)s::bigint[], %(step)s::bigint[],
-                         %(node)s::text[], %(next_node)s::text[], %(kind)s::text[],
-                         %(data)s::bytea[], %(worker)s::text[], %(attempt)s::int[],
-                         %(started_at)s::float8[], %(finished_at)s::float8[],
-                         %(status)s::text[], %(wake_at)s::float8[], %(waiting_for)s::text[])
-        AS x(thread_id, epoch, step, node, next_node, kind, data, worker, attempt, started_at,
-             finished_at, status, wake_at, waiting_for)
+    SELECT r.thread_id, r.epoch, r.step, r.node, r.next_node, r.kind,
+           convert_to(r.data, 'UTF8') AS data, r.worker, r.attempt, r.started_at,
+           r.finished_at, r.status, r.wake_at, r.waiting_for
+    FROM json_to_recordset(%(rows)s::json)
+        AS r(thread_id text, epoch bigint, step bigint, node text, next_node text, kind text,
+             data text, worker text, attempt int, started_at float8, finished_at float8,
+             status text, wake_at float8, waiting_for text)
 ),
 u AS (
     UPDATE runs
@@ -237,11 +239,12 @@ RETURNING thread_id;
 -- name: insert_journals
 -- Many record_calls in one statement, inside a group commit after lock_batch (which holds
 -- off any claim of these runs until the batch commits): each fenced on its own epoch.
--- Returns the (thread_id, step, idx) journaled.
+-- Returns the (thread_id, step, idx) journaled. The rows come as one JSON array of
+-- insert_journal's parameters (result as its UTF-8 text).
 WITH x AS (
-    SELECT * FROM unnest(%(thread_id)s::text[], %(epoch)s::bigint[], %(step)s::bigint[],
-                         %(idx)s::int[], %(name)s::text[], %(result)s::bytea[])
-        AS x(thread_id, epoch, step, idx, name, result)
+    SELECT r.thread_id, r.epoch, r.step, r.idx, r.name, convert_to(r.result, 'UTF8') AS result
+    FROM json_to_recordset(%(rows)s::json)
+        AS r(thread_id text, epoch bigint, step bigint, idx int, name text, result text)
 )
 INSERT INTO journal (thread_id, step, idx, name, result)
 SELECT x.thread_id, x.step, x.idx, x.name, x.result
