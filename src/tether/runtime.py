@@ -150,12 +150,14 @@ def run_error(data: bytes | None) -> RunError | None:
 @dataclass(slots=True)
 class _Waiting:
     """The waiters of one run: woken together; `state` is the final state a local worker
-    handed over with the step it is after (taken by the first waiter)."""
+    handed over with the step it is after (taken by the first waiter), `record` the run's
+    row as that step committed it, if the store returned it."""
 
     event: asyncio.Event
     count: int = 0
     step: int = -1
     state: dict[str, Any] | None = None
+    record: RunRecord | None = None
 
 
 class Runtime:
@@ -426,6 +428,8 @@ class Runtime:
             if entry.count <= 0 and self._finished.get(thread_id) is entry:
                 del self._finished[thread_id]
         handed, entry.state = entry.state, None  # the first waiter takes the worker's state
+        if handed is not None and entry.record is not None and entry.record.step == entry.step:
+            return self._to_run(entry.record, handed)
         found = await self.store.get_run(thread_id)
         if found is None:
             raise RunNotFound(f"no run with thread_id {thread_id!r}")
@@ -609,12 +613,14 @@ class Runtime:
     # -- internals -------------------------------------------------------------------------
 
     def notify_finished(self, thread_id: str, step: int = -1,
-                        state: dict[str, Any] | None = None) -> None:
-        """Wake the run's waiters; a worker finishing the run hands over its final `state`
-        after `step` (exactly what a replay of the log gives), so a waiter need not replay."""
+                        state: dict[str, Any] | None = None,
+                        record: RunRecord | None = None) -> None:
+        """Wake the run's waiters. A worker finishing the run hands over its final `state`
+        after `step` (exactly what a replay of the log gives) and, when the store returned
+        it, the run's `record` as committed: then a waiter reads nothing."""
         entry = self._finished.get(thread_id)
         if entry is not None:
-            entry.step, entry.state = step, state
+            entry.step, entry.state, entry.record = step, state, record
             entry.event.set()
 
     async def load_state(self, rec: RunRecord, upto: int | None = None) -> dict[str, Any]:

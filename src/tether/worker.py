@@ -361,7 +361,7 @@ class Worker:
             else:
                 status = "queued" if self._stopping else "running"
             try:
-                await store.commit_step(StepCommit(
+                finished = await store.commit_step(StepCommit(
                     lease=lease, step=step, node=node_name or "", next_node=next_node, kind=kind,
                     data=data, attempt=attempt, started_at=started, finished_at=time.time(),
                     status=status, waiting_for="mail" if parks else None, effects=ctx.effects,
@@ -388,7 +388,8 @@ class Worker:
             if status != "running":
                 self._forget(lease)
                 if status == "completed":
-                    runtime.notify_finished(rec.thread_id, step, state)
+                    runtime.notify_finished(rec.thread_id, step, state,
+                                            finished if isinstance(finished, RunRecord) else None)
                 return
             node_name, attempt, failures, journal, inbox = next_node, 1, 0, [], []
 

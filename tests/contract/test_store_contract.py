@@ -655,8 +655,8 @@ async def test_commit_running_keeps_the_lease_and_appends_a_checkpoint(store: St
             finished_at=commit.finished_at,
         )
     ]
-    # The same lease goes on committing.
-    await store.commit_step(step_commit(lease_of(held), 2, "running", next_node="n3"))
+    # The same lease goes on committing; a run that goes on resolves to None.
+    assert await store.commit_step(step_commit(lease_of(held), 2, "running", next_node="n3")) is None
     assert [c.step for c in await store.checkpoints(run.thread_id)] == [1, 2]
     assert (await store.get_run(run.thread_id)).step == 2  # type: ignore[union-attr]
 
@@ -677,9 +677,10 @@ async def test_commit_queued_releases_the_run(store: Store) -> None:
 async def test_commit_completed_finishes_the_run(store: Store) -> None:
     (run,) = await started(store)
     held = await claim_one(store, run)
-    await store.commit_step(step_commit(lease_of(held), 1, "completed", next_node=None))
+    finished = await store.commit_step(step_commit(lease_of(held), 1, "completed", next_node=None))
     now = await store.get_run(run.thread_id)
     assert now is not None and now.status == "completed" and now.step == 1
+    assert finished == now  # the run as committed (both stores have it at hand here)
     assert_unleased(now)
     assert await claimable(store) == set()
     with pytest.raises(LeaseLost):  # the lease ended with the run

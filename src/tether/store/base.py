@@ -310,7 +310,9 @@ class Store(Protocol):
         """Append the checkpoint, move the run, and write the step's effects (performing the
         transactional ones), atomically, fenced by the lease epoch. Raises LeaseLost (and
         writes nothing) if the epoch moved, DuplicateEffectKey if an effect key was used
-        before in the run; an exception from a transactional effect aborts the commit."""
+        before in the run; an exception from a transactional effect aborts the commit.
+        Resolves to the run's record as committed when the step ended the run, if the store
+        has it at hand (None otherwise, and for a run that goes on)."""
 
     async def fail_step(
         self,

@@ -39,6 +39,7 @@ from ..errors import (
 from .base import (
     COMPENSATION_STEP,
     INTERRUPT_CALL,
+    RUN_COLUMNS,
     SLEEP_CALL,
     TERMINAL,
     CheckpointRecord,
@@ -77,6 +78,9 @@ _DONE_BATCH: Final = 1000  # done marks per complete_effects statement
 
 def _run(row: TupleRow) -> RunRecord:
     return RunRecord(*row)
+
+
+_RUN_WIDTH = len(RUN_COLUMNS)
 
 
 def _checkpoint(row: TupleRow) -> CheckpointRecord:
@@ -281,8 +285,9 @@ class PostgresStore(PgCommitter):
             self._q["load_journal"], {"thread_id": thread_id, "step": step})
         return [JournalRecord(r[0], r[1], r[2]) for r in rows]
 
-    async def commit_step(self, commit: StepCommit) -> None:
+    async def commit_step(self, commit: StepCommit) -> RunRecord | None:
         lease, terminal = commit.lease, commit.status in TERMINAL
+        finished: RunRecord | None = None
         if (commit.effects or commit.messages or commit.consumed or commit.groups
                 or commit.waiting_for == "mail"):
             await self._transaction(self._commit_tx(commit, terminal))
@@ -295,14 +300,18 @@ class PostgresStore(PgCommitter):
                 query = self._q["commit_step_wake"]
             else:
                 query = self._q["commit_step"]  # the hot path: one statement, group-committed
-            if not await self._write(query, params, lease.thread_id):
+            row = await self._write(query, params, lease.thread_id)
+            if not row:
                 raise LeaseLost(
                     f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed"
                 )
+            if terminal and query is self._q["commit_step_wake"]:
+                finished = _run(row[:_RUN_WIDTH])
         if commit.children or commit.messages or commit.status == "queued" or terminal:
             self.work_available.set()
         if commit.effects:
             self.effects_available.set()
+        return finished
 
     def _commit_tx(self, commit: StepCommit, terminal: bool) -> _TxBody[None]:
         """A step carrying mail, effects, groups, or waking another run: one transaction that

@@ -228,7 +228,7 @@ class SQLiteStore(SQLiteIO):
                 self._q["insert_checkpoint"], cp))
         return self._commit_step(commit, cp)
 
-    async def _commit_step(self, commit: StepCommit, cp: tuple[Any, ...]) -> None:
+    async def _commit_step(self, commit: StepCommit, cp: tuple[Any, ...]) -> RunRecord | None:
         lease = commit.lease
         run_params = {
             "thread_id": lease.thread_id,
@@ -242,7 +242,7 @@ class SQLiteStore(SQLiteIO):
         effects = commit.effects
         q = self._q
 
-        def job(conn: sqlite3.Connection) -> bool:
+        def job(conn: sqlite3.Connection) -> RunRecord | None:
             if effects:
                 if len({e.key for e in effects}) != len(effects):
                     raise DuplicateEffectKey(
@@ -255,18 +255,21 @@ class SQLiteStore(SQLiteIO):
                     raise DuplicateEffectKey(
                         f"run {lease.thread_id!r}: effect key {taken[0][0]!r} was already used "
                         "in this run; explicit effect keys must be unique within a run")
-            if conn.execute(q["commit_run"], run_params).rowcount != 1:
-                return False
+            rows = conn.execute(q["commit_run"], run_params).fetchall()
+            if not rows:
+                return None
             conn.execute(q["insert_checkpoint"], cp)
             self._commit_extras(conn, commit)
-            return True
+            return _run(rows[0])
 
-        if not await self._w(job):
+        run: RunRecord | None = await self._w(job)
+        if run is None:
             raise LeaseLost(f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed")
         if commit.children or commit.messages or commit.status == "queued" or commit.status in TERMINAL:
             self.work_available.set()
         if effects:
             self.effects_available.set()
+        return run if commit.status in TERMINAL else None
 
     def _commit_extras(self, conn: sqlite3.Connection, commit: StepCommit) -> None:
         """The rarer parts of a step's transaction: children, messages, group membership,

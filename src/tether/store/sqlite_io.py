@@ -164,13 +164,13 @@ def _run_fenced(
             if then_sql is not None:
                 conn.executemany(then_sql, [job.then_params for job, _ in items])
             conn.execute("RELEASE fenced")
-            results.extend((fut, True, True) for _, fut in items)
+            results.extend((fut, True, None) for _, fut in items)
             return
         conn.execute("ROLLBACK TO fenced")
         conn.execute("RELEASE fenced")
     for job, fut in items:
         if job.run(conn):
-            results.append((fut, True, True))
+            results.append((fut, True, None))
         else:
             results.append((fut, False, LeaseLost(job.lost)))
 

@@ -316,7 +316,8 @@ SELECT (SELECT count(*) FROM woke) FROM c;
 
 -- name: commit_step_wake
 -- commit_step that releases the run as queued (announced) or finishes it, waking its parent
--- if that is parked in join (see commit_step_notify); no children. One row back = committed.
+-- if that is parked in join (see commit_step_notify); no children. One row back = committed:
+-- the run as it is now, then the number of notifications sent.
 WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
 u AS (
     UPDATE runs
@@ -327,7 +328,7 @@ u AS (
         lease_expires_at = CASE WHEN %(status)s = 'running' THEN lease_expires_at END,
         updated_at = extract(epoch FROM clock_timestamp())::float8
     WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status = 'running'
-    RETURNING thread_id, version, status, parent_thread_id
+    RETURNING *
 ),
 c AS (
     INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
@@ -353,7 +354,7 @@ woke AS MATERIALIZED (
     SELECT pg_notify('tether_work', v.version)
     FROM (SELECT version FROM u WHERE status = 'queued' UNION SELECT version FROM wp) v
 )
-SELECT (SELECT count(*) FROM woke) FROM c;
+SELECT u.*, (SELECT count(*) FROM woke) FROM u JOIN c ON c.thread_id = u.thread_id;
 
 -- name: fail_step
 -- Records a failed attempt, fenced: final -> failed with the error; else queued until

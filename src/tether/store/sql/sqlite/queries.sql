@@ -86,7 +86,8 @@ WHERE EXISTS (SELECT 1 FROM runs WHERE thread_id = ?1 AND epoch = ?6 AND status 
 SELECT idx, name, result FROM journal WHERE thread_id = :thread_id AND step = :step ORDER BY idx;
 
 -- name: commit_run
--- Moves the run past a committed step, fenced by the epoch; 0 rows = lease lost.
+-- Moves the run past a committed step, fenced by the epoch; returns the run as it is now
+-- (no row = lease lost).
 UPDATE runs
 SET step = :step, node = :next_node, status = :status,
     attempt = CASE WHEN :status = 'running' THEN 1 ELSE 0 END, failures = 0,
@@ -94,7 +95,8 @@ SET step = :step, node = :next_node, status = :status,
     lease_owner = CASE WHEN :status = 'running' THEN lease_owner END,
     lease_expires_at = CASE WHEN :status = 'running' THEN lease_expires_at END,
     updated_at = (julianday('now') - 2440587.5) * 86400.0
-WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running';
+WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running'
+RETURNING *;
 
 -- name: advance_run
 -- The common case of commit_run: the run stays running on the same lease and moves to its
