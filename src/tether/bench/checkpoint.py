@@ -144,7 +144,7 @@ async def w2(backend: str, runs: int) -> list[Result]:
             stop = asyncio.Event()
             worker = asyncio.create_task(runtime.work(concurrency=runs, stop=stop))
             await asyncio.sleep(0)  # the worker is up and polling before the clock starts
-            t0_unix, t0 = time.time(), time.perf_counter()
+            t0_unix, t0, cpu0 = time.time(), time.perf_counter(), time.process_time()
             started = await asyncio.gather(*(
                 runtime.start(w2_agent, {"delays": d, "replies": []}, thread_id=f"w2-{i:05d}")
                 for i, d in enumerate(delays)
@@ -164,7 +164,7 @@ async def w2(backend: str, runs: int) -> list[Result]:
             except TimeoutError:
                 raise RuntimeError(f"W2: {len(finished)} of {runs} runs finished within "
                                    f"{deadline:.0f} s") from None
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
             first_steps, last_step = await checkpoint_times(url)
             await stop_worker(stop, worker)
         bad = [r for r in done if r.status is not tether.RunStatus.COMPLETED
@@ -176,6 +176,9 @@ async def w2(backend: str, runs: int) -> list[Result]:
         Result(backend, "W2", f"wall_s_{s}", round(wall, 3), "s"),
         Result(backend, "W2", f"ideal_s_{s}", round(ideal, 3), "s"),
         Result(backend, "W2", f"wall_over_ideal_{s}", round(wall / ideal, 3), "x"),
+        Result(backend, "W2", f"cpu_s_{s}", round(cpu, 3), "s"),
+        Result(backend, "W2", f"cpu_us_per_step_{s}", round(cpu / (runs * W2_STEPS) * 1e6, 1),
+               "us"),
         Result(backend, "W2", f"start_s_{s}", round(t_started - t0, 3), "s"),
         Result(backend, "W2", f"last_first_step_s_{s}", round(first_steps - t0_unix, 3), "s"),
         Result(backend, "W2", f"last_checkpoint_s_{s}", round(last_step - t0_unix, 3), "s"),
