@@ -152,7 +152,7 @@ class Worker:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         log.info("worker %s starting (version %s, concurrency %d, lease %.1fs)",
                  self.id, self.runtime.version, self.concurrency, self.settings.lease_ttl)
-        with _gc_tuned():
+        with gc_tuned():
             await self._run(stop)
         log.info("worker %s stopped after %d steps", self.id, self.steps_committed)
 
@@ -427,7 +427,7 @@ _GC_WORKER: Final = (20_000, 50, 20)
 
 
 @contextlib.contextmanager
-def _gc_tuned() -> Iterator[None]:
+def gc_tuned() -> Iterator[None]:
     """Collect less often while the worker runs, if nobody tuned the collector already.
 
     Thousands of in-flight steps keep many young objects (tasks, futures, frames) alive for

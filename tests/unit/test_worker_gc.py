@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tether.worker import _GC_DEFAULT, _GC_WORKER, _gc_tuned
+from tether.worker import _GC_DEFAULT, _GC_WORKER, gc_tuned
 
 
 @pytest.fixture(autouse=True)
@@ -19,20 +19,20 @@ def restore_gc() -> Iterator[None]:
 
 def test_default_thresholds_are_raised_then_restored() -> None:
     gc.set_threshold(*_GC_DEFAULT)
-    with _gc_tuned():
+    with gc_tuned():
         assert gc.get_threshold() == _GC_WORKER
     assert gc.get_threshold() == _GC_DEFAULT
 
 
 def test_thresholds_someone_tuned_are_left_alone() -> None:
     gc.set_threshold(5000, 20, 20)
-    with _gc_tuned():
+    with gc_tuned():
         assert gc.get_threshold() == (5000, 20, 20)
     assert gc.get_threshold() == (5000, 20, 20)
 
 
 def test_restored_even_when_the_worker_fails() -> None:
     gc.set_threshold(*_GC_DEFAULT)
-    with pytest.raises(RuntimeError), _gc_tuned():
+    with pytest.raises(RuntimeError), gc_tuned():
         raise RuntimeError("boom")
     assert gc.get_threshold() == _GC_DEFAULT

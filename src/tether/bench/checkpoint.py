@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import random
+import shutil
+import sqlite3
+import tempfile
 import time
 from typing import Any
 
 import tether
+from tether.worker import gc_tuned
 
 from .common import (
     Result,
@@ -132,6 +137,64 @@ def w2_deadline(runs: int) -> float:
 
 
 
+async def w2_floor(runs: int) -> tuple[float, float]:
+    """The same-run reference for W2: what its writes cost with no engine around them. A bare
+    asyncio loop over sqlite3 (WAL, synchronous=FULL, group commit per loop iteration): each
+    of `runs` tasks inserts its run row, then per step sleeps its W2 delay, inserts a journal
+    row, then updates its run row and inserts a checkpoint row (two writes awaited per step,
+    each in the next group commit, as tether does). (wall s, CPU s)."""
+    loop = asyncio.get_running_loop()
+    tmp = tempfile.mkdtemp(prefix="tether_floor_")
+    conn = sqlite3.connect(os.path.join(tmp, "floor.db"), isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("CREATE TABLE runs (id TEXT PRIMARY KEY, step INT, input BLOB, at REAL)")
+        conn.execute("CREATE TABLE cps (id TEXT, step INT, data BLOB, at REAL, "
+                     "PRIMARY KEY (id, step)) WITHOUT ROWID")
+        conn.execute("CREATE TABLE journal (id TEXT, step INT, result BLOB, "
+                     "PRIMARY KEY (id, step)) WITHOUT ROWID")
+        Stmt = tuple[str, tuple[Any, ...]]
+        pending: list[tuple[tuple[Stmt, ...], asyncio.Future[None]]] = []
+
+        def flush() -> None:
+            batch = pending[:]
+            pending.clear()
+            conn.execute("BEGIN IMMEDIATE")
+            for stmts, _ in batch:
+                for sql, params in stmts:
+                    conn.execute(sql, params)
+            conn.execute("COMMIT")
+            for _, fut in batch:
+                fut.set_result(None)
+
+        def write(*stmts: Stmt) -> asyncio.Future[None]:
+            fut: asyncio.Future[None] = loop.create_future()
+            if not pending:
+                loop.call_soon(flush)
+            pending.append((stmts, fut))
+            return fut
+
+        async def one(i: int) -> None:
+            tid = f"w2-{i:05d}"
+            await write(("INSERT INTO runs VALUES (?, 0, ?, ?)", (tid, b"{}", time.time())))
+            for step, delay in enumerate(w2_delays(i), 1):
+                await asyncio.sleep(delay)
+                await write(("INSERT INTO journal VALUES (?, ?, ?)", (tid, step, b'"ok"')))
+                await write(("UPDATE runs SET step = ?, at = ? WHERE id = ?",
+                             (step, time.time(), tid)),
+                            ("INSERT INTO cps VALUES (?, ?, ?, ?)",
+                             (tid, step, b'{"a":{"replies":["ok"]}}', time.time())))
+
+        with gc_tuned():  # the collector settings the worker runs with
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            await asyncio.gather(*(one(i) for i in range(runs)))
+            return time.perf_counter() - t0, time.process_time() - cpu0
+    finally:
+        conn.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 async def w2(backend: str, runs: int) -> list[Result]:
     """`runs` runs started at once, 5 steps each, each step one journaled simulated LLM call;
     one worker with concurrency = runs in this process."""
@@ -171,6 +234,7 @@ async def w2(backend: str, runs: int) -> list[Result]:
                or len(r.state["replies"]) != W2_STEPS]
         if bad:
             raise RuntimeError(f"W2: {len(bad)} runs did not complete 5 steps, e.g. {bad[0]}")
+    floor_wall, floor_cpu = await w2_floor(runs)
     s = suffix(runs)
     return [
         Result(backend, "W2", f"wall_s_{s}", round(wall, 3), "s"),
@@ -183,4 +247,7 @@ async def w2(backend: str, runs: int) -> list[Result]:
         Result(backend, "W2", f"last_first_step_s_{s}", round(first_steps - t0_unix, 3), "s"),
         Result(backend, "W2", f"last_checkpoint_s_{s}", round(last_step - t0_unix, 3), "s"),
         Result(backend, "W2", f"peak_rss_mib_{s}", round(peak_rss_mib(), 1), "MiB"),
+        Result(backend, "W2", f"floor_wall_over_ideal_{s}", round(floor_wall / ideal, 3), "x"),
+        Result(backend, "W2", f"floor_cpu_s_{s}", round(floor_cpu, 3), "s"),
+        Result(backend, "W2", f"cpu_vs_floor_{s}", round(cpu / floor_cpu, 3), "x"),
     ]
