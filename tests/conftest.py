@@ -27,10 +27,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from apps.backends import BACKENDS
 from tether.store.base import Store
 
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
-BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import BACKENDS
+from apps.backends import BACKENDS
 from tether.bench.crash import w3
 from tether.bench.queue import w4
 

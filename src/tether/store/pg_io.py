@@ -396,18 +396,20 @@ class PgIO:
         if pool is not None and (healer is None or healer.done()):
             self._healer = asyncio.create_task(pool.check(), name="tether-pg-pool-check")
 
-    async def _transaction(self, body: _TxBody[T]) -> T:
+    async def _transaction(self, body: _TxBody[T], *, body_commits: bool = False) -> T:
         """body(conn) in one transaction on a pooled connection: body sends BEGIN first, in
         its first pipeline (conn.transaction() would cost two more round trips); this commits
-        after it. A deadlock or serialization failure undoes it whole, so it runs again (a few
-        times); a TetherError it raises (LeaseLost, RunNotFound...) rolls it back."""
+        after it, unless `body_commits` (it sent COMMIT in its last pipeline). A deadlock or
+        serialization failure undoes it whole, so it runs again (a few times); a TetherError
+        it raises (LeaseLost, RunNotFound...) rolls it back."""
         pool = self._need_pool()
         for attempt in range(1, _TX_ATTEMPTS + 1):
             try:
                 async with pool.connection() as conn:
                     try:
                         result = await body(conn)
-                        await conn.execute(b"COMMIT")
+                        if not body_commits:
+                            await conn.execute(b"COMMIT")
                     except BaseException:
                         await _rollback(conn)
                         raise

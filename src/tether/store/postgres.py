@@ -290,7 +290,8 @@ class PostgresStore(PgCommitter):
         finished: RunRecord | None = None
         if (commit.effects or commit.messages or commit.consumed or commit.groups
                 or commit.waiting_for == "mail"):
-            await self._transaction(self._commit_tx(commit, terminal))
+            body, commits = self._commit_tx(commit, terminal)
+            await self._transaction(body, body_commits=commits)
         else:
             params = _step_params(commit)
             if commit.children:
@@ -313,10 +314,13 @@ class PostgresStore(PgCommitter):
             self.effects_available.set()
         return finished
 
-    def _commit_tx(self, commit: StepCommit, terminal: bool) -> _TxBody[None]:
+    def _commit_tx(self, commit: StepCommit, terminal: bool) -> tuple[_TxBody[None], bool]:
         """A step carrying mail, effects, groups, or waking another run: one transaction that
         locks every run row it touches first (lock_runs), then writes (commit_step_tx), then
-        wakes (wake_after_commit), in three statements and as few round trips."""
+        wakes (wake_after_commit), in three statements and as few round trips. Unless a
+        transactional effect must run in it, commit_guard checks the outcome on the server and
+        the COMMIT goes in the same pipeline: one round trip, so the locks on the rows of the
+        run's recipients are held for one round trip, not two. (body, whether it commits)."""
         q, tid = self._q, commit.lease.thread_id
         params = _step_params(commit)
         _add_children(params, commit.children)
@@ -356,16 +360,26 @@ class PostgresStore(PgCommitter):
                     "mail": commit.waiting_for == "mail",
                     "notify": bool(commit.children or sent or commit.status == "queued"),
                     "effects": len(applied) < len(effects)}
-            async with conn.pipeline():
-                if not groups:
-                    await conn.execute(_BEGIN)
-                c_lock = await conn.execute(q["lock_runs"], {
-                    "ids": [tid, *recipients], "thread_id": tid, "parent": terminal})
-                c_taken = (await conn.execute(q["effect_keys_taken"], {
-                    "thread_id": tid, "keys": params["e_keys"]}) if effects else None)
-                c_step = await conn.execute(q["commit_step_tx"], params)
-                if not applied:
-                    await conn.execute(q["wake_after_commit"], wake)
+            refused: psycopg.Error | None = None  # commit_guard's: see the checks below
+            try:
+                async with conn.pipeline():
+                    if not groups:
+                        await conn.execute(_BEGIN)
+                    c_lock = await conn.execute(q["lock_runs"], {
+                        "ids": [tid, *recipients], "thread_id": tid, "parent": terminal})
+                    c_taken = (await conn.execute(q["effect_keys_taken"], {
+                        "thread_id": tid, "keys": params["e_keys"]}) if effects else None)
+                    c_step = await conn.execute(q["commit_step_tx"], params)
+                    if not applied:
+                        await conn.execute(q["wake_after_commit"], wake)
+                        await conn.execute(q["commit_guard"], {
+                            "thread_id": tid, "epoch": params["epoch"], "step": params["step"],
+                            "e_keys": params["e_keys"], "direct": direct})
+                        await conn.execute(b"COMMIT")
+            except psycopg.errors.DivisionByZero as exc:
+                if applied:
+                    raise
+                refused = exc  # rolled back (the COMMIT after it did not run)
             if c_taken is not None and (taken := await c_taken.fetchall()):
                 raise DuplicateEffectKey(
                     f"run {tid!r}: effect key {taken[0][0]!r} was already used "
@@ -376,6 +390,8 @@ class PostgresStore(PgCommitter):
             if missing := [r for r in direct if r not in found]:
                 raise RunNotFound(f"run {tid!r} sent a message to unknown thread_id "
                                   f"{missing[0]!r}")
+            if refused is not None:  # no check above explains it
+                raise refused
             for e in applied:
                 assert e.apply is not None
                 try:
@@ -385,7 +401,7 @@ class PostgresStore(PgCommitter):
             if applied:
                 await conn.execute(q["wake_after_commit"], wake)
 
-        return body
+        return body, not applied
 
     async def fail_step(
         self,

@@ -477,6 +477,22 @@ e AS (
 )
 SELECT 1 FROM c;
 
+-- name: commit_guard
+-- The last statement of a step transaction that sends its COMMIT in the same pipeline (see
+-- _commit_tx): fails it, so the COMMIT does not run and the caller rolls back, unless the step
+-- committed under the caller's epoch, every effect key was new to the run, and every direct
+-- recipient exists. (Division by zero: plain SQL, no function.) The caller then reads the
+-- earlier statements' results to raise LeaseLost, DuplicateEffectKey or RunNotFound.
+SELECT 1 / (CASE WHEN
+        EXISTS (SELECT 1 FROM runs
+                WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND step = %(step)s)
+        AND (SELECT count(*) FROM outbox
+             WHERE thread_id = %(thread_id)s AND key = ANY(%(e_keys)s::text[])
+               AND step = %(step)s) = cardinality(%(e_keys)s::text[])
+        AND (SELECT count(*) FROM runs WHERE thread_id = ANY(%(direct)s::text[]))
+            = cardinality(%(direct)s::text[])
+    THEN 1 ELSE 0 END);
+
 -- name: wake_after_commit
 -- The wake-ups of a step's transaction, read after lock_runs (a fresh snapshot): recipients
 -- idle for mail become queued; so does the run itself if it parks for mail while mail waits;
