@@ -195,12 +195,15 @@ RETURNING 1;
 
 -- name: lock_batch
 -- First statement of a group-commit transaction: locks the run rows of every write in the
--- batch, in thread_id order (the order every multi-row lock takes, so none can deadlock with
--- another). The batch's later statements then read those rows as they are now.
-SELECT 1 FROM runs
-WHERE thread_id = ANY(%(ids)s::text[]) AND status = 'running'
-ORDER BY thread_id
-FOR NO KEY UPDATE;
+-- batch, in thread_id order (the caller sorts the ids; the order every multi-row lock takes,
+-- so none can deadlock with another). The batch's later statements then read those rows as
+-- they are now. One primary-key lookup per id, whatever the planner's statistics say: a scan
+-- of every running run would grow with their number, not with the batch.
+SELECT 1
+FROM unnest(%(ids)s::text[]) WITH ORDINALITY AS i(id, n),
+     LATERAL (SELECT 1 FROM runs WHERE thread_id = i.id AND status = 'running'
+              FOR NO KEY UPDATE) AS l
+ORDER BY i.n;
 
 -- name: commit_steps
 -- Many plain commit_steps (distinct runs) in one statement, inside a group commit after
@@ -248,7 +251,9 @@ WITH x AS (
 )
 INSERT INTO journal (thread_id, step, idx, name, result)
 SELECT x.thread_id, x.step, x.idx, x.name, x.result
-FROM x JOIN runs r ON r.thread_id = x.thread_id AND r.epoch = x.epoch AND r.status = 'running'
+FROM x, LATERAL (SELECT 1 FROM runs r  -- one primary-key lookup per row (OFFSET 0 keeps it so)
+                 WHERE r.thread_id = x.thread_id AND r.epoch = x.epoch
+                   AND r.status = 'running' OFFSET 0) AS fenced
 RETURNING thread_id, step, idx;
 
 -- name: commit_step_notify
