@@ -1,0 +1,53 @@
+"""Plans of the Postgres group commit's multi-row statements: they must cost what the batch
+costs, not what the table holds. Autovacuum may be off, so they must not depend on planner
+statistics either: checked before and after ANALYZE, against a real server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import psycopg
+import pytest
+
+from tether.store.migrate import queries
+
+pytestmark = pytest.mark.postgres
+
+RUNS = 20_000  # running runs in the table
+BATCH = 200  # runs one group commit touches
+
+
+def _scans(node: dict[str, Any]) -> list[tuple[str, str]]:
+    here = ([(node["Node Type"], node.get("Index Name") or node.get("Relation Name", ""))]
+            if "Scan" in node["Node Type"] and "Relation Name" in node else [])
+    return here + [s for child in node.get("Plans", []) for s in _scans(child)]
+
+
+def test_group_commit_locks_and_fences_look_runs_up_by_primary_key(pg_url: str) -> None:
+    q = queries("postgres")
+    ids = [f"r{i:06d}" for i in range(0, RUNS, RUNS // BATCH)]
+    journals = orjson.dumps([{"thread_id": t, "epoch": 1, "step": 1, "idx": 0, "name": "f",
+                              "result": '"ok"'} for t in ids]).decode()
+    statements = {"lock_batch": (q["lock_batch"], {"ids": ids}),
+                  "insert_journals": (q["insert_journals"], {"rows": journals})}
+    with psycopg.connect(pg_url, autocommit=True) as pg:
+        # Running runs, written directly: only their number matters here.
+        pg.execute(b"""
+            INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash,
+                              lease_owner, lease_expires_at, epoch, attempt, created_at,
+                              updated_at)
+            SELECT 'r' || lpad(i::text, 6, '0'), 'a', 'v', 'running', 'n', '{}', 'h', 'w',
+                   1e12, 1, 1, 0, 0
+            FROM generate_series(0, %s - 1) i""", (RUNS,))
+        for analyzed in (False, True):
+            if analyzed:
+                pg.execute(b"ANALYZE runs")
+            for name, (sql, params) in statements.items():
+                pg.execute(b"BEGIN")  # ANALYZE runs the statement: undo what it wrote
+                (plan,), = pg.execute(("EXPLAIN (ANALYZE, FORMAT JSON) " + sql).encode(),
+                                      params).fetchall()
+                pg.execute(b"ROLLBACK")
+                runs_scans = [s for s in _scans(plan[0]["Plan"]) if s[1].startswith("runs")]
+                assert runs_scans and all(s == ("Index Scan", "runs_pkey")
+                                          for s in runs_scans), (name, analyzed, runs_scans)
