@@ -29,8 +29,13 @@ def test_group_commit_locks_and_fences_look_runs_up_by_primary_key(pg_url: str) 
     ids = [f"r{i:06d}" for i in range(0, RUNS, RUNS // BATCH)]
     journals = orjson.dumps([{"thread_id": t, "epoch": 1, "step": 1, "idx": 0, "name": "f",
                               "result": '"ok"'} for t in ids]).decode()
+    steps = orjson.dumps([{"thread_id": t, "epoch": 1, "step": 1, "node": "n", "next_node": "n",
+                           "kind": "d", "data": "{}", "worker": "w", "attempt": 1,
+                           "started_at": 1.0, "finished_at": 1.0, "status": "running",
+                           "wake_at": None, "waiting_for": None} for t in ids]).decode()
     statements = {"lock_batch": (q["lock_batch"], {"ids": ids}),
-                  "insert_journals": (q["insert_journals"], {"rows": journals})}
+                  "insert_journals": (q["insert_journals"], {"rows": journals}),
+                  "commit_steps": (q["commit_steps"], {"rows": steps})}
     with psycopg.connect(pg_url, autocommit=True) as pg:
         # Running runs, written directly: only their number matters here.
         pg.execute(b"""
@@ -48,6 +53,10 @@ def test_group_commit_locks_and_fences_look_runs_up_by_primary_key(pg_url: str) 
                 (plan,), = pg.execute(("EXPLAIN (ANALYZE, FORMAT JSON) " + sql).encode(),
                                       params).fetchall()
                 pg.execute(b"ROLLBACK")
-                runs_scans = [s for s in _scans(plan[0]["Plan"]) if s[1].startswith("runs")]
-                assert runs_scans and all(s == ("Index Scan", "runs_pkey")
-                                          for s in runs_scans), (name, analyzed, runs_scans)
+                root = plan[0]["Plan"]
+                runs_scans = [s for s in _scans(root) if s[1].startswith("runs")]
+                assert ("Index Scan", "runs_pkey") in runs_scans, (name, analyzed, runs_scans)
+                assert all(s in (("Index Scan", "runs_pkey"), ("Tid Scan", "runs"))
+                           for s in runs_scans), (name, analyzed, runs_scans)
+                if name != "lock_batch":  # every row of the batch is written
+                    assert root["Actual Rows"] == len(ids), (name, root["Actual Rows"])

@@ -220,16 +220,26 @@ WITH x AS (
              data text, worker text, attempt int, started_at float8, finished_at float8,
              status text, wake_at float8, waiting_for text)
 ),
+f AS MATERIALIZED (
+    -- Each row's run found by primary key, one lookup per row (OFFSET 0 keeps it so), and
+    -- fenced there; the update then reaches those rows by TID. A join of x with runs would be
+    -- planned, without statistics, as a scan of every running run.
+    SELECT x.*, l.rid
+    FROM x, LATERAL (SELECT ctid AS rid FROM runs
+                     WHERE thread_id = x.thread_id AND epoch = x.epoch AND status = 'running'
+                     OFFSET 0) AS l
+),
 u AS (
     UPDATE runs
-    SET step = x.step, node = x.next_node, status = x.status,
-        attempt = CASE WHEN x.status = 'running' THEN 1 ELSE 0 END, failures = 0,
-        wake_at = x.wake_at, waiting_for = x.waiting_for,
-        lease_owner = CASE WHEN x.status = 'running' THEN runs.lease_owner END,
-        lease_expires_at = CASE WHEN x.status = 'running' THEN runs.lease_expires_at END,
+    SET step = f.step, node = f.next_node, status = f.status,
+        attempt = CASE WHEN f.status = 'running' THEN 1 ELSE 0 END, failures = 0,
+        wake_at = f.wake_at, waiting_for = f.waiting_for,
+        lease_owner = CASE WHEN f.status = 'running' THEN runs.lease_owner END,
+        lease_expires_at = CASE WHEN f.status = 'running' THEN runs.lease_expires_at END,
         updated_at = extract(epoch FROM clock_timestamp())::float8
-    FROM x
-    WHERE runs.thread_id = x.thread_id AND runs.epoch = x.epoch AND runs.status = 'running'
+    FROM f
+    WHERE runs.ctid = ANY (ARRAY(SELECT rid FROM f)) AND runs.ctid = f.rid
+      AND runs.epoch = f.epoch AND runs.status = 'running'
     RETURNING runs.thread_id
 )
 INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
