@@ -396,6 +396,29 @@ async def test_waiters_of_a_run_finished_here_get_the_state_of_its_log(db_url: s
     assert first.state is not second.state and first.state["log"] is not second.state["log"]
 
 
+async def test_a_wait_that_times_out_on_a_run_driven_here_leaves_no_waiter_behind(
+        db_url: str) -> None:
+    agent = Agent("gated")
+    gate = asyncio.Event()
+
+    @agent.node(start=True)
+    async def hold(state: State, ctx: Context) -> Command:
+        await gate.wait()
+        return finish({"done": True})
+
+    rt = make_runtime(db_url, agent)
+    async with working(rt):
+        run = await rt.start("gated")
+        await eventually(lambda: rt._driving(run.thread_id), "the local worker to drive the run")
+        with pytest.raises(TimeoutError):
+            await rt.wait(run.thread_id, timeout=0.1)
+        assert run.thread_id not in rt._finished  # the timed-out waiter unregistered
+        gate.set()
+        got = await asyncio.wait_for(rt.wait(run.thread_id), WAIT)
+        assert got.status is RunStatus.COMPLETED and got.state == {"done": True}
+        assert rt._finished == {}
+
+
 # -- the journal ------------------------------------------------------------------------------
 
 
