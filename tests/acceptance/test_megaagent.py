@@ -17,18 +17,15 @@ import ast
 import os
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import psycopg
 import pytest
 
-from apps.mail_app import mailbox_rows
+from apps.mail_app import mailbox_rows, query_rows
 
 pytestmark = pytest.mark.slow
 
@@ -131,17 +128,7 @@ def test_megaagent_on_two_worker_processes(fresh_db: str, tmp_path: Path) -> Non
 
 def step_pids(db_url: str) -> Counter[int]:
     """Committed steps per worker process id (a worker id is host:pid:suffix)."""
-    sql = "SELECT worker, count(*) FROM checkpoints GROUP BY worker"
-    if db_url.startswith("sqlite:"):
-        conn = sqlite3.connect(urlsplit(db_url).path[1:], timeout=30)
-        try:
-            rows = conn.execute(sql).fetchall()
-        finally:
-            conn.close()
-    else:
-        with psycopg.connect(db_url) as pg:
-            rows = pg.execute(sql).fetchall()
     out: Counter[int] = Counter()
-    for worker, n in rows:
+    for worker, n in query_rows(db_url, "SELECT worker, count(*) FROM checkpoints GROUP BY worker"):
         out[int(worker.split(":")[1])] += n
     return out

@@ -88,30 +88,25 @@ class MailRow(NamedTuple):
 _MAIL_SQL = "SELECT id, thread_id, sender, message, consumed_step FROM mailbox ORDER BY id"
 
 
-def mailbox_rows(db_url: str) -> list[MailRow]:
-    """Every mailbox row of the database, by id, with its body decoded."""
+def query_rows(db_url: str, sql: str) -> list[tuple[Any, ...]]:
+    """Rows of one read-only query, on a connection of its own (SQLite or Postgres)."""
     if db_url.startswith("sqlite:"):
         conn = sqlite3.connect(urlsplit(db_url).path[1:], timeout=30)
         try:
-            rows = conn.execute(_MAIL_SQL).fetchall()
+            return conn.execute(sql).fetchall()
         finally:
             conn.close()
-    else:
-        with psycopg.connect(db_url) as pg:
-            rows = pg.execute(_MAIL_SQL).fetchall()
+    with psycopg.connect(db_url) as pg:
+        return pg.execute(sql.encode()).fetchall()
+
+
+def mailbox_rows(db_url: str) -> list[MailRow]:
+    """Every mailbox row of the database, by id, with its body decoded."""
+    rows = query_rows(db_url, _MAIL_SQL)
     return [MailRow(int(r[0]), r[1], r[2], orjson.loads(bytes(r[3])),
                     None if r[4] is None else int(r[4])) for r in rows]
 
 
 def mail_progress(db_url: str) -> int:
     """Messages sent plus messages consumed so far."""
-    sql = "SELECT count(*) + count(consumed_step) FROM mailbox"
-    if db_url.startswith("sqlite:"):
-        conn = sqlite3.connect(urlsplit(db_url).path[1:], timeout=30)
-        try:
-            return int(conn.execute(sql).fetchone()[0])
-        finally:
-            conn.close()
-    with psycopg.connect(db_url) as pg:
-        row = pg.execute(sql).fetchone()
-    return int(row[0]) if row else 0
+    return int(query_rows(db_url, "SELECT count(*) + count(consumed_step) FROM mailbox")[0][0])
