@@ -388,8 +388,7 @@ class Worker:
             if status != "running":
                 self._forget(lease)
                 if status == "completed":
-                    runtime.notify_finished(rec.thread_id, step, state,
-                                            finished if isinstance(finished, RunRecord) else None)
+                    runtime.notify_finished(rec.thread_id, step, state, finished)
                 return
             node_name, attempt, failures, journal, inbox = next_node, 1, 0, [], []
 

@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 
 import tether
-from tether.store.base import StepCommit
+from tether.store.base import RunRecord, StepCommit
 
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
 BACKENDS = ("sqlite", "postgres")
@@ -187,14 +187,15 @@ def timed_commits(runtime: tether.Runtime) -> dict[str, list[tuple[float, float]
     """Wrap this runtime's store.commit_step (on the instance; the store's code is untouched)
     to record, per run, when each commit was called and when it was acknowledged durable."""
     store = runtime.store
-    inner: Callable[[StepCommit], Awaitable[None]] = store.commit_step
+    inner: Callable[[StepCommit], Awaitable[RunRecord | None]] = store.commit_step
     commits: dict[str, list[tuple[float, float]]] = {}
     clock = time.perf_counter
 
-    async def commit_step(commit: StepCommit) -> None:
+    async def commit_step(commit: StepCommit) -> RunRecord | None:
         t0 = clock()
-        await inner(commit)
+        finished = await inner(commit)
         commits.setdefault(commit.lease.thread_id, []).append((t0, clock()))
+        return finished
 
     store.commit_step = commit_step  # type: ignore[method-assign]
     return commits

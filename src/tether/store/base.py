@@ -300,13 +300,13 @@ class Store(Protocol):
 
     def record_call(
         self, lease: Lease, step: int, idx: int, name: str, result: bytes
-    ) -> Awaitable[Any]:
+    ) -> Awaitable[None]:
         """Durably journal one call result. Raises LeaseLost if the epoch moved. (An awaitable,
         so a store may return its group commit's future without a coroutine around it.)"""
 
     async def load_journal(self, thread_id: str, step: int) -> list[JournalRecord]: ...
 
-    def commit_step(self, commit: StepCommit) -> Awaitable[Any]:
+    def commit_step(self, commit: StepCommit) -> Awaitable[RunRecord | None]:
         """Append the checkpoint, move the run, and write the step's effects (performing the
         transactional ones), atomically, fenced by the lease epoch. Raises LeaseLost (and
         writes nothing) if the epoch moved, DuplicateEffectKey if an effect key was used

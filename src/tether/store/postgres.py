@@ -194,7 +194,7 @@ class PostgresStore(PgCommitter):
         # Through the writer: concurrent starts are group-committed like steps.
         row = await self._write(self._q["create_run"], new_run_params(new, lease), new.thread_id)
         if row is not None:
-            run, created = _run(row[1:23]), bool(row[0])
+            run, created = _run(row[1:1 + _RUN_WIDTH]), bool(row[0])
             if created:
                 if lease is None:
                     self.work_available.set()

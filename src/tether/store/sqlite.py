@@ -199,7 +199,7 @@ class SQLiteStore(SQLiteIO):
 
     def record_call(
         self, lease: Lease, step: int, idx: int, name: str, result: bytes
-    ) -> Awaitable[Any]:
+    ) -> Awaitable[None]:
         # A plain future, not a coroutine: the hot path awaits one object less per call.
         return self._w(Fenced(
             self._q["insert_journal"],
@@ -211,7 +211,7 @@ class SQLiteStore(SQLiteIO):
         rows = await self._r(lambda c: c.execute(q, {"thread_id": thread_id, "step": step}).fetchall())
         return [JournalRecord(r[0], r[1], r[2]) for r in rows]
 
-    def commit_step(self, commit: StepCommit) -> Awaitable[Any]:
+    def commit_step(self, commit: StepCommit) -> Awaitable[RunRecord | None]:
         lease = commit.lease
         cp = (lease.thread_id, commit.step, commit.node, commit.next_node, commit.kind,
               commit.data, lease.worker, commit.attempt, commit.started_at, commit.finished_at)
@@ -242,7 +242,7 @@ class SQLiteStore(SQLiteIO):
         effects = commit.effects
         q = self._q
 
-        def job(conn: sqlite3.Connection) -> RunRecord | None:
+        def job(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
             if effects:
                 if len({e.key for e in effects}) != len(effects):
                     raise DuplicateEffectKey(
@@ -260,16 +260,16 @@ class SQLiteStore(SQLiteIO):
                 return None
             conn.execute(q["insert_checkpoint"], cp)
             self._commit_extras(conn, commit)
-            return _run(rows[0])
+            return tuple(rows[0])
 
-        run: RunRecord | None = await self._w(job)
-        if run is None:
+        row: tuple[Any, ...] | None = await self._w(job)
+        if row is None:
             raise LeaseLost(f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed")
         if commit.children or commit.messages or commit.status == "queued" or commit.status in TERMINAL:
             self.work_available.set()
         if effects:
             self.effects_available.set()
-        return run if commit.status in TERMINAL else None
+        return _run(row) if commit.status in TERMINAL else None
 
     def _commit_extras(self, conn: sqlite3.Connection, commit: StepCommit) -> None:
         """The rarer parts of a step's transaction: children, messages, group membership,
