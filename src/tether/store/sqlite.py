@@ -39,6 +39,7 @@ from .sqlite_io import Fenced, SQLiteIO, _Connections, parse_sqlite_url
 __all__ = ["SQLiteStore", "parse_sqlite_url"]
 
 T = TypeVar("T")
+_PARENT = RUN_COLUMNS.index("parent_thread_id")
 
 
 def _run(row: sqlite3.Row | tuple[Any, ...]) -> RunRecord:
@@ -259,7 +260,7 @@ class SQLiteStore(SQLiteIO):
             if not rows:
                 return None
             conn.execute(q["insert_checkpoint"], cp)
-            self._commit_extras(conn, commit)
+            self._commit_extras(conn, commit, rows[0][_PARENT] is not None)
             return tuple(rows[0])
 
         row: tuple[Any, ...] | None = await self._w(job)
@@ -271,9 +272,10 @@ class SQLiteStore(SQLiteIO):
             self.effects_available.set()
         return _run(row) if commit.status in TERMINAL else None
 
-    def _commit_extras(self, conn: sqlite3.Connection, commit: StepCommit) -> None:
+    def _commit_extras(self, conn: sqlite3.Connection, commit: StepCommit,
+                       has_parent: bool) -> None:
         """The rarer parts of a step's transaction: children, messages, group membership,
-        consumed mail, effects, and waking whoever waits on this run."""
+        consumed mail, effects, and waking the parent (if any) that waits on this run."""
         q, tid, step = self._q, commit.lease.thread_id, commit.step
         for child in commit.children:
             conn.execute(q["insert_run"], new_run_params(child)).fetchall()
@@ -311,7 +313,7 @@ class SQLiteStore(SQLiteIO):
                     raise EffectError(f"transactional effect {e.name!r} failed: {exc!r}") from exc
         if commit.waiting_for == "mail":
             conn.execute(q["requeue_if_mail"], {"thread_id": tid})
-        if commit.status in TERMINAL:
+        if has_parent and commit.status in TERMINAL:
             conn.execute(q["wake_parent"], {"thread_id": tid})
 
     async def send_message(self, thread_id: str, message: bytes, sender: str | None = None) -> int:
