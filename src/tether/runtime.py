@@ -332,8 +332,12 @@ class Runtime:
             raise SerializationError(f"run input must be a dict, got {type(input).__name__!r}")
         data = serde.dumps(dict(input), "input")
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id
-                                      or len(thread_id) > 200):
-            raise DefinitionError("thread_id must be a non-empty string of at most 200 characters")
+                                      or len(thread_id) > 200 or "\x00" in thread_id):
+            raise DefinitionError("thread_id must be a non-empty string of at most 200 "
+                                  "characters, without NUL")
+        if idempotency_key is not None and (not isinstance(idempotency_key, str)
+                                            or "\x00" in idempotency_key):
+            raise DefinitionError("idempotency_key must be a string without NUL")
         await self.open()
         new = NewRun(
             thread_id=thread_id or uuid.uuid4().hex,

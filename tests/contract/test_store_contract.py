@@ -7,6 +7,7 @@ file passes on it unchanged. Lease-expiry tests use TTLs of a few tenths of a se
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import uuid
 from collections.abc import Callable, Sequence
@@ -286,6 +287,52 @@ async def test_create_run_with_a_lease_returns_an_existing_run_unleased(store: S
     released, _ = await store.create_run(new_run(), lease=("w1", LONG))
     await store.release_runs([lease_of(released)])
     assert {first.thread_id, released.thread_id} <= await claimable(store)
+
+
+async def test_runs_created_leased_together_match_their_rows(store: Store) -> None:
+    """Leased creates of one group commit (batched on SQLite, the record built without
+    reading it back) return exactly the row stored; an existing thread_id among them returns
+    that run unleased, or conflicts, without affecting the others."""
+    existing, _ = await store.create_run(new_run("exists"))
+    fresh = [new_run(f"fresh-{i}") for i in range(5)]
+    outcomes = await asyncio.gather(
+        *(store.create_run(n, lease=("w1", LONG)) for n in fresh),
+        store.create_run(new_run("exists"), lease=("w1", LONG)),
+        store.create_run(new_run("exists", input={"other": 1}), lease=("w1", LONG)),
+        return_exceptions=True)
+    assert isinstance(outcomes[-1], RunConflict)
+    again = outcomes[-2]
+    assert again == (existing, False)
+    for n, got in zip(fresh, outcomes[:5], strict=True):
+        assert isinstance(got, tuple)
+        run, created = got
+        assert created and run == await store.get_run(n.thread_id)
+        assert (run.input, run.input_hash, run.lease_owner) == (n.input, n.input_hash, "w1")
+
+
+async def test_runs_finished_together_return_their_rows(store: Store) -> None:
+    """Last steps committed at once (batched on SQLite, the finished record built from the
+    run as claimed) return exactly the committed row; a stale lease among them fails alone."""
+    held = []
+    for i in range(4):
+        run, _ = await store.create_run(new_run(f"fin-{i}"), lease=("w1", LONG))
+        held.append(run)
+    commits = [dataclasses.replace(step_commit(lease_of(r), 1, "completed", next_node=None),
+                                   run=r) for r in held]
+    stale = Lease(held[1].thread_id, "w1", held[1].epoch + 1)
+    commits[1] = dataclasses.replace(commits[1], lease=stale)
+    outcomes = await asyncio.gather(*(store.commit_step(c) for c in commits),
+                                    return_exceptions=True)
+    assert isinstance(outcomes[1], LeaseLost)
+    for i, (run, got) in enumerate(zip(held, outcomes, strict=True)):
+        row = await store.get_run(run.thread_id)
+        assert row is not None
+        if i == 1:
+            assert row == run and await store.checkpoints(run.thread_id) == []
+            continue
+        assert got == row and row.status == "completed" and row.step == 1
+        assert_unleased(row)
+        assert [c.step for c in await store.checkpoints(run.thread_id)] == [1]
 
 
 # -- list_runs ------------------------------------------------------------------------------

@@ -717,6 +717,21 @@ async def test_unknown_agent_at_start(db_url: str) -> None:
         await rt.close()
 
 
+async def test_bad_thread_id_or_key_at_start_writes_nothing(db_url: str) -> None:
+    rt = make_runtime(db_url, pipeline_agent())
+    try:
+        for bad in ("", "x" * 201, "a\x00b", 7):
+            with pytest.raises(DefinitionError) as info:
+                await rt.start("pipeline", {}, thread_id=bad)  # type: ignore[arg-type]
+            assert "thread_id" in str(info.value)
+        with pytest.raises(DefinitionError) as info:
+            await rt.start("pipeline", {}, idempotency_key="k\x00")
+        assert "idempotency_key" in str(info.value) and "NUL" in str(info.value)
+        assert await rt.list_runs() == []
+    finally:
+        await rt.close()
+
+
 async def test_agent_without_nodes_at_start(db_url: str) -> None:
     rt = make_runtime(db_url, Agent("hollow"))
     try:

@@ -210,6 +210,9 @@ class StepCommit:
     """Ids of the inbox messages this step consumed (each consumed by one committed step)."""
     groups: Sequence[tuple[str, str]] = field(default_factory=tuple)
     """(group, role) memberships this run takes (role member | admin)."""
+    run: RunRecord | None = None
+    """The run as this worker claimed it, if known: a store may build the finished run's
+    record from it instead of reading the row back."""
 
 
 def new_run_params(new: NewRun, lease: tuple[str, float] | None = None) -> dict[str, Any]:

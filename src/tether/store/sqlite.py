@@ -6,9 +6,11 @@ holds SQLiteStore, the Store protocol's methods on top of them.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 
@@ -61,7 +63,10 @@ class SQLiteStore(SQLiteIO):
     async def open(self, *, check_schema: bool = True) -> None:
         if self._conns is not None:
             return
-        self._conns = _Connections(self._connect, shared=self.memory)
+        self._conns = _Connections(self._connect, shared=self.memory, set_sql={
+            self._q[name]: self._q[f"{name}_set"]
+            for name in ("insert_journal", "advance_run", "insert_checkpoint", "insert_fresh_run",
+                         "finish_run")})
         if check_schema:
             current, target = await self.schema_version()
             if current < target:
@@ -132,6 +137,21 @@ class SQLiteStore(SQLiteIO):
                 raise RunConflict(f"idempotency key {new.idempotency_key!r} is already used")
             return same_run(_run(row), new, "thread_id"), False
 
+        if lease is not None and new.idempotency_key is None:
+            # The common start: batched with the others of its group commit, the record built
+            # here (the clock is this machine's either way). A thread_id that exists is left
+            # to `job`.
+            now = time.time()
+            run = RunRecord(
+                new.thread_id, new.agent, new.version, "running", new.node, 0, 1, 0, new.input,
+                new.input_hash, None, lease[0], now + lease[1], 1, None, None, None,
+                new.parent_thread_id, new.forked_from, new.forked_step, now, now)
+            return cast(tuple[RunRecord, bool], await self._w(Fenced(
+                q["insert_fresh_run"],
+                (new.thread_id, new.agent, new.version, new.node, new.input, new.input_hash,
+                 new.parent_thread_id, new.forked_from, new.forked_step, lease[0],
+                 run.lease_expires_at, now),
+                "", result=(run, True), fallback=job)))
         run, created = await self._w(job)
         if created and lease is None:
             self.work_available.set()
@@ -227,6 +247,20 @@ class SQLiteStore(SQLiteIO):
                 (commit.step, commit.next_node, lease.thread_id, lease.epoch),
                 f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed",
                 self._q["insert_checkpoint"], cp))
+        run = commit.run
+        if (commit.status == "completed" and run is not None and run.parent_thread_id is None
+                and not (commit.effects or commit.children or commit.messages
+                         or commit.consumed or commit.groups)):
+            # The common last step: as above, the finished run's record built here.
+            now = time.time()
+            finished = dataclasses.replace(
+                run, status="completed", node=None, step=commit.step, attempt=0, failures=0,
+                wake_at=None, waiting_for=None, lease_owner=None, lease_expires_at=None,
+                epoch=lease.epoch, updated_at=now)
+            return self._w(Fenced(
+                self._q["finish_run"], (commit.step, "completed", lease.thread_id, lease.epoch, now),
+                f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed",
+                self._q["insert_checkpoint"], cp, result=finished))
         return self._commit_step(commit, cp)
 
     async def _commit_step(self, commit: StepCommit, cp: tuple[Any, ...]) -> RunRecord | None:

@@ -10,11 +10,15 @@ checkpoint survives power loss, not just a process crash.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import sqlite3
 from collections.abc import Callable
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
+
+import orjson
 
 from ..errors import ConfigError, LeaseLost, StoreError, StoreUnavailable
 from .migrate import queries
@@ -23,29 +27,36 @@ Job = Callable[[sqlite3.Connection], Any]
 
 
 class Fenced:
-    """A write of the hot path (a journaled call, a step that only advances the run), batched
-    with the others of its kind into one executemany per group commit. `sql` must change
-    exactly one row, or the lease was lost; `then_sql` runs only where it did. When the fence
-    fails, the caller's future gets LeaseLost(`lost`)."""
+    """A write of the hot path (a journaled call, a step that advances or finishes the run, a
+    run created leased to a local worker), batched with the others of its kind into one
+    statement per group commit. `sql` must change exactly one row, or the lease was lost;
+    `then_sql` runs only where it did. The caller's future gets `result` when the write
+    holds, else LeaseLost(`lost`), or, when `fallback` is given, what that job returns when
+    run in the write's place (it decides what an unchanged row means)."""
 
-    __slots__ = ("lost", "params", "sql", "then_params", "then_sql")
+    __slots__ = ("fallback", "lost", "params", "result", "sql", "then_params", "then_sql")
 
     def __init__(self, sql: str, params: tuple[Any, ...], lost: str,
-                 then_sql: str | None = None, then_params: tuple[Any, ...] = ()) -> None:
+                 then_sql: str | None = None, then_params: tuple[Any, ...] = (),
+                 result: Any = None, fallback: Job | None = None) -> None:
         self.sql, self.params, self.lost = sql, params, lost
         self.then_sql, self.then_params = then_sql, then_params
+        self.result, self.fallback = result, fallback
 
-    def run(self, conn: sqlite3.Connection) -> bool:
+    def run(self, conn: sqlite3.Connection) -> tuple[bool, Any]:
+        """This write alone: (held, the future's result or exception)."""
         if conn.execute(self.sql, self.params).rowcount != 1:
-            return False
+            if self.fallback is not None:
+                return True, self.fallback(conn)
+            return False, LeaseLost(self.lost)
         if self.then_sql is not None:
             conn.execute(self.then_sql, self.then_params)
-        return True
+        return True, self.result
 
 
 Item = tuple["Job | Fenced", "asyncio.Future[Any]"]
 _SYNC_MODES = {"OFF", "NORMAL", "FULL", "EXTRA"}
-_MAX_BATCH = 1024
+_MAX_BATCH = 8192
 
 
 def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
@@ -63,20 +74,34 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
 
 
 class _Connections:
-    """A write connection whose jobs are batched per event-loop iteration, and a read
-    connection used directly. SQLite calls are short (microseconds, or one fsync per batch),
-    so they run on the loop thread: a hand-off to a thread would cost more than it saves."""
+    """A write connection whose jobs are group-committed, and a read connection used
+    directly on the loop thread.
 
-    def __init__(self, connect: Callable[[], sqlite3.Connection], shared: bool) -> None:
+    A group commit starts on the loop thread (BEGIN IMMEDIATE and the jobs that are Python
+    functions, which are short) and ends on a commit thread: the fenced writes of the hot
+    path, one set-based statement per kind, and COMMIT with its fsync. The sqlite3 module
+    releases the GIL inside each statement, so that SQLite work runs on the other core while
+    the loop goes on with steps; writes submitted meanwhile make up the next group commit.
+    An in-memory database (one connection for both) commits on the loop thread."""
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection], shared: bool,
+                 set_sql: dict[str, str]) -> None:
         self.write = connect()
         self.read = self.write if shared else connect()
         self._pending: list[Item] = []
         self._loop = asyncio.get_running_loop()
         self._scheduled = False
+        self._set_sql = set_sql
+        self._pool = None if shared else ThreadPoolExecutor(1, "tether-sqlite-commit")
+        self._inflight: concurrent.futures.Future[Any] | None = None
+        self._inflight_batch: list[Item] = []
 
     def close(self) -> None:
-        if self._pending:
-            self._flush()
+        self._settle()
+        while self._pending:
+            self._flush(inline=True)
+        if self._pool is not None:
+            self._pool.shutdown()
         if self.read is not self.write:
             self.read.close()
         self.write.close()
@@ -84,37 +109,140 @@ class _Connections:
     def submit(self, job: Job | Fenced) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any] = self._loop.create_future()
         self._pending.append((job, fut))
-        if not self._scheduled:
+        if not self._scheduled and self._inflight is None:
             self._scheduled = True
             self._loop.call_soon(self._flush)
         return fut
 
-    def _flush(self) -> None:
-        """Commit every write submitted since the last flush in one IMMEDIATE transaction
-        (group commit: one fsync for all). If any job fails, the batch is rolled back and
-        each job is retried in a transaction of its own, so a failing job is undone alone."""
+    def _flush(self, inline: bool = False) -> None:
+        """Commit every write submitted since the last group commit in one IMMEDIATE
+        transaction (one fsync for all). If any job fails, the batch is rolled back and each
+        job is retried in a transaction of its own, so a failing job is undone alone."""
         self._scheduled = False
+        if self._inflight is not None or not self._pending:
+            return
         batch, self._pending = self._pending[:_MAX_BATCH], self._pending[_MAX_BATCH:]
-        if self._pending:
-            self._scheduled = True
-            self._loop.call_soon(self._flush)
-        results = self._transaction(batch)
+        if self._pool is None or inline:
+            self._finish(batch, self._transaction(batch), reschedule=not inline)
+            return
+        begun = self._begin(batch)
+        if not isinstance(begun, tuple):  # a job failed (alone: its result) and rolled back
+            self._finish(batch, begun)
+            return
+        results, groups = begun
+        cf = self._pool.submit(self._commit, groups, results)
+        self._inflight, self._inflight_batch = cf, batch
+        cf.add_done_callback(
+            lambda f: self._loop.call_soon_threadsafe(self._committed, f, batch))
+
+    def _committed(self, cf: concurrent.futures.Future[Any], batch: list[Item]) -> None:
+        if self._inflight is not cf:
+            return  # close() settled it
+        self._inflight = None
+        results = self._retry_inline(batch, cf.result())
+        # The writes that queued meanwhile go to the commit thread now, before the callers
+        # of this batch run on: it works while they do.
+        self._flush()
+        self._finish(batch, results)
+
+    def _retry_inline(self, batch: list[Item], results: list[_Result] | None
+                      ) -> list[_Result] | None:
+        """A group commit the commit thread rolled back (a lost fence or a failed write)
+        runs again here, one statement per row, so only the stale or failing writes fail."""
+        return self._transaction(batch) if results is None else results
+
+    def _settle(self) -> None:
+        """Wait for the group commit on the commit thread, if any, and deliver it."""
+        cf, self._inflight = self._inflight, None
+        if cf is not None:
+            batch = self._inflight_batch
+            self._finish(batch, self._retry_inline(batch, cf.result()), reschedule=False)
+
+    def _finish(self, batch: list[Item], results: list[_Result] | None,
+                reschedule: bool = True) -> None:
         if results is None:
             results = []
             for item in batch:
                 results.extend(self._transaction([item]) or [])
         _deliver(results)
+        if reschedule and self._pending and not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
 
-    def _transaction(
+    def _begin(
         self, batch: list[Item]
-    ) -> list[tuple[asyncio.Future[Any], bool, Any]] | None:
-        """Run jobs in one transaction. None if a job of a multi-job batch failed (rolled
-        back); a single job's failure is returned as its result.
+    ) -> tuple[list[_Result], list[_Group]] | list[_Result] | None:
+        """The loop thread's part of a group commit: BEGIN, the function jobs, and the
+        fenced writes grouped by kind with their rows as JSON. If a job fails, the
+        transaction is rolled back: None for a batch of several, else the job's failure."""
+        conn = self.write
+        results: list[_Result] = []
+        fenced: dict[tuple[str, str | None], list[tuple[Fenced, asyncio.Future[Any]]]] = {}
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for job, fut in batch:
+                if type(job) is Fenced:
+                    fenced.setdefault((job.sql, job.then_sql), []).append((job, fut))
+                else:
+                    results.append((fut, True, job(conn)))  # type: ignore[operator]
+        except Exception as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return [(batch[0][1], False, _wrap(exc))] if len(batch) == 1 else None
+        groups: list[_Group] = []
+        for (sql, then_sql), items in fenced.items():
+            set_sql = self._set_sql.get(sql)
+            then_set = self._set_sql.get(then_sql) if then_sql is not None else None
+            rows = then_rows = None
+            if set_sql is not None and (then_sql is None or then_set is not None):
+                try:
+                    rows = orjson.dumps([job.params for job, _ in items], default=_text)
+                    if then_sql is not None:
+                        then_rows = orjson.dumps([job.then_params for job, _ in items],
+                                                 default=_text)
+                except (TypeError, UnicodeDecodeError):
+                    rows = then_rows = None
+                # SQLite's JSON functions end a string at a NUL character: such rows (a NUL
+                # in a name or thread_id; never in JSON data, where orjson escapes it) go
+                # one statement per row. The test also matches an escaped backslash before
+                # "u0000", which only costs those rows the slower path.
+                if rows is not None and (_NUL in rows or (then_rows is not None
+                                                          and _NUL in then_rows)):
+                    rows = then_rows = None
+            groups.append(_Group(sql, then_sql, items, set_sql, rows, then_set, then_rows))
+        return results, groups
+
+    def _commit(self, groups: list[_Group], results: list[_Result]) -> list[_Result] | None:
+        """The commit thread's part: the fenced writes, one statement per kind, and COMMIT.
+        None if it failed (rolled back); a lost fence fails it too, so each write is then
+        retried alone and only the stale one gets LeaseLost."""
+        conn = self.write
+        try:
+            for g in groups:
+                n = len(g.items)
+                if g.rows is not None and g.set_sql is not None:
+                    if conn.execute(g.set_sql, (g.rows,)).rowcount != n:
+                        raise _FenceMoved
+                    if g.then_set is not None:
+                        conn.execute(g.then_set, (g.then_rows,))
+                    results.extend((fut, True, job.result) for job, fut in g.items)
+                else:
+                    _run_fenced(conn, g.sql, g.then_sql, g.items, results)
+            conn.execute("COMMIT")
+        except Exception:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return None
+        return results
+
+    def _transaction(self, batch: list[Item]) -> list[_Result] | None:
+        """Run jobs in one transaction on this thread. None if a job of a multi-job batch
+        failed (rolled back); a single job's failure is returned as its result.
 
         Fenced writes run last, one executemany per kind. The order of jobs within one batch
         is free: they were all submitted while none of them had committed."""
         conn = self.write
-        results: list[tuple[asyncio.Future[Any], bool, Any]] = []
+        results: list[_Result] = []
         fenced: dict[tuple[str, str | None], list[tuple[Fenced, asyncio.Future[Any]]]] = {}
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -151,10 +279,37 @@ class _Connections:
             raise _wrap(exc) from exc
 
 
+_Result = tuple["asyncio.Future[Any]", bool, Any]
+
+
+class _FenceMoved(Exception):
+    """A set-based fenced write changed fewer rows than it had: some lease was lost."""
+
+
+class _Group(NamedTuple):
+    sql: str
+    then_sql: str | None
+    items: list[tuple[Fenced, asyncio.Future[Any]]]
+    set_sql: str | None
+    rows: bytes | None
+    then_set: str | None
+    then_rows: bytes | None
+
+
+_NUL = b"\\u0000"
+
+
+def _text(value: Any) -> str:
+    """orjson's fallback for the blob parameters of set-based writes (JSON bytes)."""
+    if type(value) is bytes:
+        return value.decode()
+    raise TypeError(type(value).__name__)
+
+
 def _run_fenced(
     conn: sqlite3.Connection, sql: str, then_sql: str | None,
     items: list[tuple[Fenced, asyncio.Future[Any]]],
-    results: list[tuple[asyncio.Future[Any], bool, Any]],
+    results: list[_Result],
 ) -> None:
     """One kind of fenced write for many runs: one executemany when every fence holds (the
     common case), else each on its own inside a savepoint-undone retry."""
@@ -164,15 +319,12 @@ def _run_fenced(
             if then_sql is not None:
                 conn.executemany(then_sql, [job.then_params for job, _ in items])
             conn.execute("RELEASE fenced")
-            results.extend((fut, True, None) for _, fut in items)
+            results.extend((fut, True, job.result) for job, fut in items)
             return
         conn.execute("ROLLBACK TO fenced")
         conn.execute("RELEASE fenced")
     for job, fut in items:
-        if job.run(conn):
-            results.append((fut, True, None))
-        else:
-            results.append((fut, False, LeaseLost(job.lost)))
+        results.append((fut, *job.run(conn)))
 
 
 def _deliver(results: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
@@ -221,7 +373,8 @@ class SQLiteIO:
                     f"cannot open {self.url}: directory {parent!r} does not exist"
                 )
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout,
+                                   check_same_thread=False)
             if not self.memory:
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")

@@ -23,6 +23,30 @@ VALUES (:thread_id, :agent, :version,
 ON CONFLICT DO NOTHING
 RETURNING *;
 
+-- name: insert_fresh_run
+-- insert_run's common case, batched: a run without idempotency key created leased to a
+-- worker of the starting process. Positional parameters (thread_id, agent, version, node,
+-- input, input_hash, parent_thread_id, forked_from, forked_step, lease_owner,
+-- lease_expires_at, now); no row inserted = the thread_id exists (insert_run then decides).
+INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash,
+                  parent_thread_id, forked_from, forked_step, lease_owner, lease_expires_at,
+                  epoch, attempt, created_at, updated_at)
+VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 1, 1, ?12, ?12)
+ON CONFLICT DO NOTHING;
+
+-- name: insert_fresh_run_set
+-- insert_fresh_run for a whole group commit: ?1 is a JSON array of its parameter lists,
+-- the input blob as a string.
+INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash,
+                  parent_thread_id, forked_from, forked_step, lease_owner, lease_expires_at,
+                  epoch, attempt, created_at, updated_at)
+SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, 'running', r.value ->> 3,
+       CAST(r.value ->> 4 AS BLOB), r.value ->> 5, r.value ->> 6, r.value ->> 7, r.value ->> 8,
+       r.value ->> 9, r.value ->> 10, 1, 1, r.value ->> 11, r.value ->> 11
+FROM json_each(?1) AS r
+WHERE true
+ON CONFLICT DO NOTHING;
+
 -- name: get_run
 SELECT * FROM runs WHERE thread_id = :thread_id;
 
@@ -107,11 +131,56 @@ SET step = ?1, node = ?2, attempt = 1, failures = 0,
     updated_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE thread_id = ?3 AND epoch = ?4 AND status = 'running';
 
+-- name: finish_run
+-- commit_run's finishing case, batched: the run completes and gives up its lease.
+-- Positional parameters (step, status, thread_id, epoch, now).
+UPDATE runs
+SET step = ?1, node = NULL, status = ?2, attempt = 0, failures = 0, wake_at = NULL,
+    waiting_for = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?5
+WHERE thread_id = ?3 AND epoch = ?4 AND status = 'running';
+
+-- name: finish_run_set
+-- finish_run for a whole group commit: ?1 is a JSON array of its parameter lists.
+UPDATE runs
+SET step = f.value ->> 0, node = NULL, status = f.value ->> 1, attempt = 0, failures = 0,
+    wake_at = NULL, waiting_for = NULL, lease_owner = NULL, lease_expires_at = NULL,
+    updated_at = f.value ->> 4
+FROM json_each(?1) AS f
+WHERE runs.thread_id = f.value ->> 2 AND runs.epoch = f.value ->> 3
+  AND runs.status = 'running';
+
 -- name: insert_checkpoint
 -- Positional parameters, in column order: batched in one executemany.
 INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
                          started_at, finished_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: insert_journal_set
+-- insert_journal for a whole group commit in one statement (the writer thread runs one
+-- statement per kind, not one per row): ?1 is a JSON array of insert_journal's parameter
+-- lists, the result blob as a string.
+INSERT INTO journal (thread_id, step, idx, name, result)
+SELECT j.value ->> 0, j.value ->> 1, j.value ->> 2, j.value ->> 3, CAST(j.value ->> 4 AS BLOB)
+FROM json_each(?1) AS j
+WHERE EXISTS (SELECT 1 FROM runs
+              WHERE thread_id = j.value ->> 0 AND epoch = j.value ->> 5 AND status = 'running');
+
+-- name: advance_run_set
+-- advance_run for a whole group commit: ?1 is a JSON array of its parameter lists.
+UPDATE runs
+SET step = b.value ->> 0, node = b.value ->> 1, attempt = 1, failures = 0,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0
+FROM json_each(?1) AS b
+WHERE runs.thread_id = b.value ->> 2 AND runs.epoch = b.value ->> 3 AND runs.status = 'running';
+
+-- name: insert_checkpoint_set
+-- insert_checkpoint for a whole group commit: ?1 is a JSON array of its parameter lists,
+-- the data blob as a string.
+INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
+                         started_at, finished_at)
+SELECT c.value ->> 0, c.value ->> 1, c.value ->> 2, c.value ->> 3, c.value ->> 4,
+       CAST(c.value ->> 5 AS BLOB), c.value ->> 6, c.value ->> 7, c.value ->> 8, c.value ->> 9
+FROM json_each(?1) AS c;
 
 -- name: fail_step
 -- Records a failed attempt, fenced: final -> failed with the error; else queued until wake_at.
