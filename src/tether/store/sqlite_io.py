@@ -56,7 +56,7 @@ class Fenced:
 
 Item = tuple["Job | Fenced", "asyncio.Future[Any]"]
 _SYNC_MODES = {"OFF", "NORMAL", "FULL", "EXTRA"}
-_MAX_BATCH = 8192
+_MAX_BATCH = 2048
 # A smaller group commit stays on the loop thread: handing it over costs more latency
 # (about 0.2 ms) than its SQLite work takes.
 _THREAD_MIN = 32
