@@ -3,10 +3,8 @@ the LISTEN/NOTIFY listener, beneath PostgresStore (postgres.py); the group-commi
 pg_commit.py.
 
 Connections: a psycopg 3 async pool (autocommit) for everything but step writes; one pooled
-connection kept by the writer for commit_step, record_call and create_run when it is idle, and
-one connection of the writer's commit thread (outside the pool, application_name
-`<name>-committer`) for its group commits; one dedicated connection LISTENing on `tether_work`
-and `tether_effects`. Most operations are one statement.
+connection kept by the writer for commit_step, record_call and create_run; one dedicated
+connection LISTENing on `tether_work` and `tether_effects`. Most operations are one statement.
 
 Coalesced reads: get_run is coalesced the same way as the writer's group commit (pg_commit.py):
 calls made while one is in flight share a statement.
@@ -27,7 +25,6 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
@@ -54,7 +51,6 @@ _BACKOFF_MIN, _BACKOFF_MAX = 0.2, 10.0
 
 T = TypeVar("T")
 Conn = AsyncConnection[TupleRow]
-SyncConn = psycopg.Connection[TupleRow]
 Params = dict[str, Any]
 _TxBody = Callable[[Conn], Awaitable[T]]
 _TX_ATTEMPTS: Final = 3
@@ -174,9 +170,6 @@ class PgIO:
         params.setdefault("keepalives_interval", 5)
         params.setdefault("keepalives_count", 3)
         self._conninfo = make_conninfo("", **params)
-        # The commit thread's own connection (pg_commit.py), named apart in pg_stat_activity.
-        self._commit_conninfo = make_conninfo(
-            self._conninfo, application_name=f"{params['application_name']}-committer"[:63])
         self.min_size = max(1, min(min_size, max_size))
         self.max_size = max_size
         self.connect_timeout = connect_timeout
@@ -195,8 +188,6 @@ class PgIO:
         self._queue: deque[_Job] = deque()
         self._wake = asyncio.Event()
         self._committer: asyncio.Task[None] | None = None
-        self._commit_thread: ThreadPoolExecutor | None = None  # runs the group commits
-        self._sync_conn: SyncConn | None = None  # the commit thread's connection
         self._commit_conn: Conn | None = None
         self._cursor: psycopg.AsyncCursor[TupleRow] | None = None
         self._writer_lost = False
@@ -258,13 +249,6 @@ class PgIO:
             if not done:
                 committer.cancel()
                 await asyncio.wait([committer])
-        thread, self._commit_thread = self._commit_thread, None
-        if thread is not None:
-            thread.shutdown(wait=False)  # idle now, unless close timed out: then it ends soon
-        sync_conn, self._sync_conn = self._sync_conn, None
-        if sync_conn is not None:  # the committer is done with it (or was cancelled)
-            with contextlib.suppress(psycopg.Error, OSError):
-                sync_conn.close()
         listen_conn, self._listen_conn = self._listen_conn, None  # if the task never started
         if listen_conn is not None:
             with contextlib.suppress(psycopg.Error, OSError):

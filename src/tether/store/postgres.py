@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
 import orjson
@@ -141,7 +140,6 @@ class PostgresStore(PgCommitter):
                 raise SchemaError(behind_message(current, target, self.safe_url))
         self._accepting, self._writer_lost = True, False
         self._wake.clear()
-        self._commit_thread = ThreadPoolExecutor(1, "tether-pg-commit")
         self._committer = asyncio.create_task(self._commit_loop(), name="tether-pg-committer")
         self._listener = asyncio.create_task(self._listen_loop(), name="tether-pg-listener")
 
