@@ -57,8 +57,9 @@ class Fenced:
 Item = tuple["Job | Fenced", "asyncio.Future[Any]"]
 _SYNC_MODES = {"OFF", "NORMAL", "FULL", "EXTRA"}
 _MAX_BATCH = 2048
-# A smaller group commit stays on the loop thread: handing it over costs more latency
-# (about 0.2 ms) than its SQLite work takes.
+# A group commit with fewer fenced writes stays on the loop thread: handing it over costs
+# more latency (about 0.2 ms) than the SQLite work it moves (W1 commits one write at a time;
+# parks and effect marks are function jobs, which run on the loop thread anyway).
 _THREAD_MIN = 32
 
 
@@ -125,7 +126,8 @@ class _Connections:
         if self._inflight is not None or not self._pending:
             return
         batch, self._pending = self._pending[:_MAX_BATCH], self._pending[_MAX_BATCH:]
-        if self._pool is None or inline or len(batch) < _THREAD_MIN:
+        if (self._pool is None or inline or len(batch) < _THREAD_MIN
+                or sum(type(job) is Fenced for job, _ in batch) < _THREAD_MIN):
             self._finish(batch, self._transaction(batch), reschedule=not inline)
             return
         begun = self._begin(batch)
