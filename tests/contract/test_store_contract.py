@@ -308,6 +308,14 @@ async def test_runs_created_leased_together_match_their_rows(store: Store) -> No
         run, created = got
         assert created and run == await store.get_run(n.thread_id)
         assert (run.input, run.input_hash, run.lease_owner) == (n.input, n.input_hash, "w1")
+    # Each thread_id once (Postgres batches these as one statement too).
+    more = [new_run(f"more-{i}", input={"i": i, "text": 'quote " é \n'}) for i in range(6)]
+    again_too = await asyncio.gather(*(store.create_run(n, lease=("w2", LONG)) for n in more),
+                                     store.create_run(new_run("fresh-0"), lease=("w2", LONG)))
+    assert again_too[-1] == (outcomes[0][0], False)  # type: ignore[index]
+    for n, (run, created) in zip(more, again_too[:-1], strict=True):
+        assert created and run == await store.get_run(n.thread_id)
+        assert (run.input, run.lease_owner, run.epoch, run.status) == (n.input, "w2", 1, "running")
 
 
 async def test_runs_finished_together_return_their_rows(store: Store) -> None:

@@ -27,12 +27,12 @@ from .pg_io import (
     _BEGIN,
     _MAX_BATCH,
     _TX_ATTEMPTS,
+    Bulk,
     Conn,
     Params,
     PgIO,
     _is_disconnect,
     _Job,
-    _Key,
     _retryable,
     _rollback,
 )
@@ -185,11 +185,17 @@ class PgCommitter(PgIO):
                 await self._commit_one(job)
             return
         # Committed. (Anything raised from here fails the batch's callers; nothing retries.)
-        for cur, members, key in plan:
-            if key is not None:
-                done = {tuple(row) for row in await cur.fetchall()}
-                for i in members:
-                    firsts[i] = _OK if key(batch[i][1]) in done else None
+        for cur, members, bulk in plan:
+            if bulk is not None:
+                got = await cur.fetchall()
+                if bulk.row_key is None:
+                    done = {tuple(row) for row in got}
+                    for i in members:
+                        firsts[i] = _OK if bulk.key(batch[i][1]) in done else None
+                else:
+                    by_key = {bulk.row_key(row): row for row in got}
+                    for i in members:
+                        firsts[i] = by_key.get(bulk.key(batch[i][1]))
                 continue
             results = [await cur.fetchone()]
             while cur.nextset():
@@ -203,10 +209,10 @@ class PgCommitter(PgIO):
 
     async def _send_batch(
         self, conn: Conn, batch: list[_Job], groups: dict[bytes, list[int]]
-    ) -> list[tuple[psycopg.AsyncCursor[TupleRow], list[int], _Key | None]]:
+    ) -> list[tuple[psycopg.AsyncCursor[TupleRow], list[int], Bulk | None]]:
         """Send the batch's transaction in one pipeline; (cursor, its jobs, row key) per
         statement. Raises the first statement's error, if any."""
-        plan: list[tuple[psycopg.AsyncCursor[TupleRow], list[int], _Key | None]] = []
+        plan: list[tuple[psycopg.AsyncCursor[TupleRow], list[int], Bulk | None]] = []
         failure: psycopg.Error | None = None
         try:
             async with conn.pipeline():
@@ -219,10 +225,10 @@ class PgCommitter(PgIO):
                         seq = [batch[i][1] for i in members]
                         bulk = self._bulk.get(query)
                         rows = (_json_rows(seq) if bulk is not None and len(seq) > 1
-                                and bulk[2](seq) else None)
+                                and bulk.fits(seq) else None)
                         if bulk is not None and rows is not None:
-                            await cur.execute(bulk[0], {"rows": rows})
-                            plan.append((cur, members, bulk[1]))
+                            await cur.execute(bulk.query, {"rows": rows})
+                            plan.append((cur, members, bulk))
                         else:
                             await cur.executemany(query, seq, returning=True)
                             plan.append((cur, members, None))

@@ -26,7 +26,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import cache
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
@@ -177,10 +177,14 @@ class PgIO:
         self.synchronous_commit = synchronous_commit
         self.debounce = debounce
         self._q = q = _queries()
-        # query -> (its multi-row form, the key of a row it returns, whether a group fits it)
-        self._bulk: dict[bytes, tuple[bytes, _Key, Callable[[list[Params]], bool]]] = {
-            q["commit_step"]: (q["commit_steps"], _thread_key, _distinct_runs),
-            q["insert_journal"]: (q["insert_journals"], _journal_key, _always),
+        # query -> its multi-row form: the statement, the key of a job's params, whether a
+        # group fits it, and the key of a row it returns (None: rows are keys; each job whose
+        # key came back gets _OK) or, given, each job gets the row with its key.
+        self._bulk: dict[bytes, Bulk] = {
+            q["commit_step"]: Bulk(q["commit_steps"], _thread_key, _distinct_runs),
+            q["insert_journal"]: Bulk(q["insert_journals"], _journal_key, _always),
+            q["create_run"]: Bulk(q["create_runs"], _thread_key, _fresh_leased_runs,
+                                  _created_thread_key),
         }
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._accepting = False  # writes are taken (the committer runs)
@@ -511,3 +515,20 @@ def _distinct_runs(seq: list[Params]) -> bool:
 
 def _always(seq: list[Params]) -> bool:
     return True
+
+
+def _fresh_leased_runs(seq: list[Params]) -> bool:
+    """create_runs takes runs leased to a local worker without idempotency key, once each."""
+    return (all(p["lease_owner"] is not None and p["idempotency_key"] is None for p in seq)
+            and _distinct_runs(seq))
+
+
+def _created_thread_key(row: TupleRow) -> tuple[Any, ...]:
+    return (row[1],)  # create_run's row: (created, thread_id, ...)
+
+
+class Bulk(NamedTuple):
+    query: bytes
+    key: _Key
+    fits: Callable[[list[Params]], bool]
+    row_key: Callable[[TupleRow], tuple[Any, ...]] | None = None

@@ -69,6 +69,30 @@ UNION ALL
  ORDER BY idempotency_key = %(idempotency_key)s DESC NULLS LAST
  LIMIT 1);
 
+-- name: create_runs
+-- Many create_runs of runs leased to a local worker (no idempotency key) in one statement,
+-- inside a group commit: each inserted as create_run inserts it, returning the row
+-- create_run returns for it; a run whose thread_id exists returns nothing (create_run then
+-- reads the run it collides with). The rows come as one JSON array of create_run's
+-- parameters (input as its UTF-8 text). Leased runs are not announced.
+WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now)
+INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash, idempotency_key,
+                  parent_thread_id, forked_from, forked_step, lease_owner, lease_expires_at,
+                  epoch, attempt, created_at, updated_at)
+SELECT r.thread_id, r.agent, r.version, 'running', r.node, convert_to(r.input, 'UTF8'),
+       r.input_hash, NULL, r.parent_thread_id, r.forked_from, r.forked_step, r.lease_owner,
+       t.now + r.lease_ttl, 1, 1, t.now, t.now
+FROM json_to_recordset(%(rows)s::json)
+    AS r(thread_id text, agent text, version text, node text, input text, input_hash text,
+         parent_thread_id text, forked_from text, forked_step bigint, lease_owner text,
+         lease_ttl float8),
+     t
+ON CONFLICT DO NOTHING
+RETURNING true, thread_id, agent, version, status, node, step, attempt, failures, input,
+          input_hash, idempotency_key, lease_owner, lease_expires_at, epoch, wake_at,
+          waiting_for, error, parent_thread_id, forked_from, forked_step, created_at,
+          updated_at, 0;
+
 -- name: get_run
 SELECT thread_id, agent, version, status, node, step, attempt, failures, input, input_hash,
        idempotency_key, lease_owner, lease_expires_at, epoch, wake_at, waiting_for, error,
