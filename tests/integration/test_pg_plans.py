@@ -33,9 +33,12 @@ def test_group_commit_locks_and_fences_look_runs_up_by_primary_key(pg_url: str) 
                            "kind": "d", "data": "{}", "worker": "w", "attempt": 1,
                            "started_at": 1.0, "finished_at": 1.0, "status": "running",
                            "wake_at": None, "waiting_for": None} for t in ids]).decode()
+    finishes = steps.replace('"status":"running"', '"status":"completed"')
+    assert finishes != steps
     statements = {"lock_batch": (q["lock_batch"], {"ids": ids}),
                   "insert_journals": (q["insert_journals"], {"rows": journals}),
-                  "commit_steps": (q["commit_steps"], {"rows": steps})}
+                  "commit_steps": (q["commit_steps"], {"rows": steps}),
+                  "finish_steps": (q["finish_steps"], {"rows": finishes})}
     with psycopg.connect(pg_url, autocommit=True) as pg:
         # Running runs, written directly: only their number matters here.
         pg.execute(b"""

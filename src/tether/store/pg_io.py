@@ -185,6 +185,8 @@ class PgIO:
             q["insert_journal"]: Bulk(q["insert_journals"], _journal_key, _always),
             q["create_run"]: Bulk(q["create_runs"], _thread_key, _fresh_leased_runs,
                                   _created_thread_key),
+            q["finish_step"]: Bulk(q["finish_steps"], _thread_key, _distinct_runs,
+                                   _run_thread_key),
         }
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._accepting = False  # writes are taken (the committer runs)
@@ -525,6 +527,10 @@ def _fresh_leased_runs(seq: list[Params]) -> bool:
 
 def _created_thread_key(row: TupleRow) -> tuple[Any, ...]:
     return (row[1],)  # create_run's row: (created, thread_id, ...)
+
+
+def _run_thread_key(row: TupleRow) -> tuple[Any, ...]:
+    return (row[0],)  # a run row (thread_id, ...)
 
 
 class Bulk(NamedTuple):
