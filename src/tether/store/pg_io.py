@@ -185,8 +185,8 @@ class PgIO:
             q["insert_journal"]: Bulk(q["insert_journals"], _journal_key, _always),
             q["create_run"]: Bulk(q["create_runs"], _thread_key, _fresh_leased_runs,
                                   _created_thread_key),
-            q["finish_step"]: Bulk(q["finish_steps"], _thread_key, _distinct_runs,
-                                   _run_thread_key),
+            q["commit_step_wake"]: Bulk(q["finish_steps"], _thread_key, _parentless_finishes,
+                                        _run_thread_key),
         }
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._accepting = False  # writes are taken (the committer runs)
@@ -522,6 +522,12 @@ def _always(seq: list[Params]) -> bool:
 def _fresh_leased_runs(seq: list[Params]) -> bool:
     """create_runs takes runs leased to a local worker without idempotency key, once each."""
     return (all(p["lease_owner"] is not None and p["idempotency_key"] is None for p in seq)
+            and _distinct_runs(seq))
+
+
+def _parentless_finishes(seq: list[Params]) -> bool:
+    """finish_steps takes commit_step_wakes that finish runs without a parent, once each."""
+    return (all(p.get("parentless") and p["status"] == "completed" for p in seq)
             and _distinct_runs(seq))
 
 

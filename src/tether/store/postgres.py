@@ -297,11 +297,11 @@ class PostgresStore(PgCommitter):
             if commit.children:
                 _add_children(params, commit.children)
                 query = self._q["commit_step_notify"]
-            elif (commit.status == "completed" and commit.run is not None
-                  and commit.run.parent_thread_id is None):
-                query = self._q["finish_step"]  # nobody to wake: batched like the hot path
             elif commit.status == "queued" or terminal:
                 query = self._q["commit_step_wake"]
+                if (commit.status == "completed" and commit.run is not None
+                        and commit.run.parent_thread_id is None):
+                    params["parentless"] = True  # nobody to wake: may go as finish_steps
             else:
                 query = self._q["commit_step"]  # the hot path: one statement, group-committed
             row = await self._write(query, params, lease.thread_id)
@@ -309,8 +309,7 @@ class PostgresStore(PgCommitter):
                 raise LeaseLost(
                     f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed"
                 )
-            if terminal and (query is self._q["commit_step_wake"]
-                             or query is self._q["finish_step"]):
+            if terminal and query is self._q["commit_step_wake"]:
                 finished = _run(row[:_RUN_WIDTH])
         if commit.children or commit.messages or commit.status == "queued" or terminal:
             self.work_available.set()

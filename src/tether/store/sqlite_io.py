@@ -137,13 +137,12 @@ class _Connections:
         results, groups = begun
         cf = self._pool.submit(self._commit, groups, results)
         self._inflight, self._inflight_batch = cf, batch
-        cf.add_done_callback(
-            lambda f: self._loop.call_soon_threadsafe(self._committed, f, batch))
+        cf.add_done_callback(lambda f: self._loop.call_soon_threadsafe(self._committed, f))
 
-    def _committed(self, cf: concurrent.futures.Future[Any], batch: list[Item]) -> None:
+    def _committed(self, cf: concurrent.futures.Future[Any]) -> None:
         if self._inflight is not cf:
             return  # close() settled it
-        self._inflight = None
+        self._inflight, batch = None, self._inflight_batch
         results = self._retry_inline(batch, cf.result())
         # The writes that queued meanwhile go to the commit thread now, before the callers
         # of this batch run on: it works while they do.
@@ -177,23 +176,12 @@ class _Connections:
     def _begin(
         self, batch: list[Item]
     ) -> tuple[list[_Result], list[_Group]] | list[_Result] | None:
-        """The loop thread's part of a group commit: BEGIN, the function jobs, and the
-        fenced writes grouped by kind with their rows as JSON. If a job fails, the
-        transaction is rolled back: None for a batch of several, else the job's failure."""
-        conn = self.write
-        results: list[_Result] = []
-        fenced: dict[tuple[str, str | None], list[tuple[Fenced, asyncio.Future[Any]]]] = {}
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            for job, fut in batch:
-                if type(job) is Fenced:
-                    fenced.setdefault((job.sql, job.then_sql), []).append((job, fut))
-                else:
-                    results.append((fut, True, job(conn)))  # type: ignore[operator]
-        except Exception as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            return [(batch[0][1], False, _wrap(exc))] if len(batch) == 1 else None
+        """The loop thread's part of a group commit: _start, then the fenced writes grouped
+        by kind with their rows as JSON."""
+        started = self._start(batch)
+        if not isinstance(started, tuple):
+            return started
+        results, fenced = started
         groups: list[_Group] = []
         for (sql, then_sql), items in fenced.items():
             set_sql = self._set_sql.get(sql)
@@ -240,15 +228,13 @@ class _Connections:
             return None
         return results
 
-    def _transaction(self, batch: list[Item]) -> list[_Result] | None:
-        """Run jobs in one transaction on this thread. None if a job of a multi-job batch
-        failed (rolled back); a single job's failure is returned as its result.
-
-        Fenced writes run last, one executemany per kind. The order of jobs within one batch
-        is free: they were all submitted while none of them had committed."""
+    def _start(self, batch: list[Item]) -> _Started | list[_Result] | None:
+        """BEGIN IMMEDIATE and run the jobs that are functions; the fenced writes come back
+        grouped by kind, to run after them. The order of jobs within one batch is free: they
+        were all submitted while none of them had committed. If a job fails, see _undo."""
         conn = self.write
         results: list[_Result] = []
-        fenced: dict[tuple[str, str | None], list[tuple[Fenced, asyncio.Future[Any]]]] = {}
+        fenced: _Fenced = {}
         try:
             conn.execute("BEGIN IMMEDIATE")
             for job, fut in batch:
@@ -256,15 +242,31 @@ class _Connections:
                     fenced.setdefault((job.sql, job.then_sql), []).append((job, fut))
                 else:
                     results.append((fut, True, job(conn)))  # type: ignore[operator]
-            for (sql, then_sql), items in fenced.items():
-                _run_fenced(conn, sql, then_sql, items, results)
-            conn.execute("COMMIT")
         except Exception as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            if len(batch) > 1:
-                return None
-            return [(batch[0][1], False, _wrap(exc))]
+            return self._undo(batch, exc)
+        return results, fenced
+
+    def _undo(self, batch: list[Item], exc: Exception) -> list[_Result] | None:
+        """Roll back a failed transaction: None for a batch of several (each is then retried
+        alone), else the lone job's failure as its result."""
+        if self.write.in_transaction:
+            self.write.execute("ROLLBACK")
+        return [(batch[0][1], False, _wrap(exc))] if len(batch) == 1 else None
+
+    def _transaction(self, batch: list[Item]) -> list[_Result] | None:
+        """Run jobs in one transaction on this thread, the fenced writes last, one
+        executemany per kind. None if a job of a multi-job batch failed (rolled back); a
+        single job's failure is returned as its result."""
+        started = self._start(batch)
+        if not isinstance(started, tuple):
+            return started
+        results, fenced = started
+        try:
+            for (sql, then_sql), items in fenced.items():
+                _run_fenced(self.write, sql, then_sql, items, results)
+            self.write.execute("COMMIT")
+        except Exception as exc:
+            return self._undo(batch, exc)
         return results
 
     def run_read(self, job: Job, snapshot: bool = False) -> Any:
@@ -285,6 +287,8 @@ class _Connections:
 
 
 _Result = tuple["asyncio.Future[Any]", bool, Any]
+_Fenced = dict[tuple[str, "str | None"], list[tuple[Fenced, "asyncio.Future[Any]"]]]
+_Started = tuple[list[_Result], _Fenced]
 
 
 class _FenceMoved(Exception):

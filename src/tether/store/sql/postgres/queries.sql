@@ -273,32 +273,12 @@ SELECT x.thread_id, x.step, x.node, x.next_node, x.kind, x.data, x.worker, x.att
 FROM x JOIN u ON u.thread_id = x.thread_id
 RETURNING thread_id;
 
--- name: finish_step
--- commit_step_wake's common case: the last step of a run that has no parent (so nobody to
--- wake and nothing to announce). One row back = committed: the run as it is now, then 0.
-WITH u AS (
-    UPDATE runs
-    SET step = %(step)s, node = NULL, status = %(status)s, attempt = 0, failures = 0,
-        wake_at = NULL, waiting_for = NULL, lease_owner = NULL, lease_expires_at = NULL,
-        updated_at = extract(epoch FROM clock_timestamp())::float8
-    WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status = 'running'
-    RETURNING *
-),
-c AS (
-    INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
-                             started_at, finished_at)
-    SELECT u.thread_id, %(step)s, %(node)s, %(next_node)s, %(kind)s, %(data)s, %(worker)s,
-           %(attempt)s, %(started_at)s, %(finished_at)s
-    FROM u
-    RETURNING thread_id
-)
-SELECT u.*, 0 FROM u JOIN c ON c.thread_id = u.thread_id;
-
 -- name: finish_steps
--- Many finish_steps (distinct runs) in one statement, inside a group commit after
--- lock_batch, each fenced on its own epoch and found by primary key as in commit_steps;
--- returns finish_step's row for each run committed. The rows come as one JSON array of
--- finish_step's parameters (data as its UTF-8 text).
+-- Many commit_step_wakes that finish runs without a parent (nobody to wake, nothing to
+-- announce; distinct runs) in one statement, inside a group commit after lock_batch, each
+-- fenced on its own epoch and found by primary key as in commit_steps; returns
+-- commit_step_wake's row for each run committed. The rows come as one JSON array of
+-- commit_step_wake's parameters (data as its UTF-8 text).
 WITH x AS (
     SELECT r.thread_id, r.epoch, r.step, r.node, r.next_node, r.kind,
            convert_to(r.data, 'UTF8') AS data, r.worker, r.attempt, r.started_at,
