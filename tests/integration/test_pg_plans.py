@@ -35,7 +35,7 @@ def test_group_commit_locks_and_fences_look_runs_up_by_primary_key(pg_url: str) 
                            "wake_at": None, "waiting_for": None} for t in ids]).decode()
     finishes = steps.replace('"status":"running"', '"status":"completed"')
     assert finishes != steps
-    statements = {"lock_batch": (q["lock_batch"], {"ids": ids}),
+    statements = {"lock_batch": (q["lock_batch"], {"ids": orjson.dumps(ids).decode()}),
                   "insert_journals": (q["insert_journals"], {"rows": journals}),
                   "commit_steps": (q["commit_steps"], {"rows": steps}),
                   "finish_steps": (q["finish_steps"], {"rows": finishes})}

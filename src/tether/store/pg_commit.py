@@ -1,9 +1,9 @@
-"""Postgres group commit: the writer behind commit_step, record_call and create_run.
+"""Postgres group commit: the writers behind commit_step, record_call and create_run.
 
-Group commit: the writer's statements are fenced single statements. One that finds the writer
+Group commit: the writers' statements are fenced single statements. One that finds a writer
 idle runs at once, in the caller's task (the sequential case pays nothing for batching).
-Writes arriving while it is busy queue up; the committer task sends each queue-full as one
-transaction in one pipeline, one round trip and one WAL flush for the lot: BEGIN; lock_batch
+Writes arriving while both are busy queue up; a writer's committer task sends each queue-full
+as one transaction in one pipeline, one round trip and one WAL flush for the lot: BEGIN; lock_batch
 (every run row involved, in thread_id order); all step commits as one multi-row statement, all
 journal writes as another, the rest as executemany; COMMIT. Each write is fenced on its own
 (a stale epoch matches no row; it does not raise), so a lost lease never affects its
@@ -35,73 +35,85 @@ from .pg_io import (
     _Job,
     _retryable,
     _rollback,
+    _Writer,
 )
 
 log = logging.getLogger("tether.store.postgres")
 
 
 class PgCommitter(PgIO):
-    """The writer: one pooled connection, its statements group-committed by a committer task."""
+    """The writers: pooled connections, their statements group-committed by committer tasks
+    (one per writer connection), so one group commit can be built and sent while another is
+    at the server. Batches in flight together touch different runs: a run's writes are
+    awaited one after another."""
 
-    def _lost(self, exc: psycopg.Error) -> StoreError:
-        """_error() for the committer: a lost connection is replaced before the next write
-        (after some errors, e.g. an admin shutdown, it does not look closed yet)."""
+    def _lost(self, writer: _Writer, exc: psycopg.Error) -> StoreError:
+        """_error() for a writer: a lost connection is replaced before its next write (after
+        some errors, e.g. an admin shutdown, it does not look closed yet)."""
         if _is_disconnect(exc):
-            self._writer_lost = True
-            self._cursor = None
+            writer.lost = True
+            writer.cursor = None
             self._heal()
         return self._error(exc)
 
-    # -- the committer ---------------------------------------------------------------------
+    # -- the committers --------------------------------------------------------------------
+
+    def _idle_writer(self) -> _Writer | None:
+        for writer in self._writers:
+            if not writer.busy:
+                return writer
+        return None
 
     async def _write(self, query: bytes, params: Params, thread_id: str) -> TupleRow | None:
-        """Run one write statement on the writer; its first row (None: it returned none,
+        """Run one write statement on a writer; its first row (None: it returned none,
         e.g. a fenced write whose epoch moved)."""
         if not self._accepting:
             raise StoreError("store is not open")
-        if self._busy or self._queue:
-            # The writer is taken: join the next group commit.
+        writer = None if self._queue else self._idle_writer()
+        if writer is None:
+            # The writers are taken: join the next group commit.
             fut: asyncio.Future[TupleRow | None] = asyncio.get_running_loop().create_future()
             self._queue.append((query, params, thread_id, fut))
             self._wake.set()
             return await fut
-        # The writer is idle: run it here, with no hop through the committer task. If we are
+        # A writer is idle: run it here, with no hop through a committer task. If we are
         # cancelled meanwhile, psycopg cancels the statement: its outcome is unknown to us, as
         # for any cancelled write.
-        self._busy = True
+        writer.busy = True
         try:
-            return await self._execute_one(query, params)
+            return await self._execute_one(writer, query, params)
         except psycopg.Error as exc:
-            raise self._lost(exc) from exc
+            raise self._lost(writer, exc) from exc
         finally:
-            self._busy = False
+            writer.busy = False
             if self._queue or not self._accepting:
                 self._wake.set()
 
-    async def _commit_loop(self) -> None:
+    async def _commit_loop(self, writer: _Writer) -> None:
         queue, wake = self._queue, self._wake
         batch: list[_Job] = []
         try:
             while True:
                 await wake.wait()
-                wake.clear()
-                while queue and not self._busy:
+                while queue and not writer.busy:
                     batch = [queue.popleft() for _ in range(min(len(queue), _MAX_BATCH))]
-                    self._busy = True
+                    writer.busy = True
                     try:
                         if len(batch) == 1:
-                            await self._commit_one(batch[0])
+                            await self._commit_one(writer, batch[0])
                         else:
-                            await self._commit_batch(batch)
+                            await self._commit_batch(writer, batch)
                     except Exception as exc:  # a bug, not a database error: keep serving
                         log.exception("group commit of %d writes failed", len(batch))
                         for job in batch:
                             _fail(job[3], StoreError(f"group commit failed: {exc!r}"))
                     finally:
-                        self._busy = False
+                        writer.busy = False
                     batch = []
-                if not self._accepting and not queue and not self._busy:
+                if not self._accepting and not queue:
                     return
+                if not queue or writer.busy:  # (busy: a caller's write, which wakes us after)
+                    wake.clear()
         finally:
             # Jobs are left only if we were cancelled (close timed out) or hit a bug: never
             # leave a caller waiting forever.
@@ -109,11 +121,11 @@ class PgCommitter(PgIO):
                 _fail(job[3], StoreError("store closed before the write was confirmed"))
             queue.clear()
 
-    async def _new_cursor(self) -> psycopg.AsyncCursor[TupleRow]:
+    async def _new_cursor(self, writer: _Writer) -> psycopg.AsyncCursor[TupleRow]:
         pool = self._need_pool()
-        conn, self._commit_conn, self._cursor = self._commit_conn, None, None
-        if conn is not None and (conn.closed or self._writer_lost):
-            self._writer_lost = False
+        conn, writer.conn, writer.cursor = writer.conn, None, None
+        if conn is not None and (conn.closed or writer.lost):
+            writer.lost = False
             with contextlib.suppress(psycopg.Error, OSError):
                 await conn.close()
             await pool.putconn(conn)  # closed: the pool discards it and opens another
@@ -121,18 +133,19 @@ class PgCommitter(PgIO):
             await pool.check()  # see _fetchall
         if conn is None:
             conn = await pool.getconn()
-        self._commit_conn = conn
-        self._cursor = cur = conn.cursor()
+        writer.conn = conn
+        writer.cursor = cur = conn.cursor()
         return cur
 
-    async def _execute_one(self, query: bytes, params: Params) -> TupleRow | None:
-        """One statement on the writer's connection (autocommit); its first row. A deadlock
+    async def _execute_one(self, writer: _Writer, query: bytes, params: Params
+                           ) -> TupleRow | None:
+        """One statement on a writer's connection (autocommit); its first row. A deadlock
         victim wrote nothing, so it runs again (a few times)."""
         for attempt in range(1, _TX_ATTEMPTS + 1):
             try:
-                cur = self._cursor
+                cur = writer.cursor
                 if cur is None or cur.closed or cur.connection.closed:
-                    cur = await self._new_cursor()
+                    cur = await self._new_cursor(writer)
                 await cur.execute(query, params)
                 return await cur.fetchone()
             except psycopg.Error as exc:
@@ -140,16 +153,16 @@ class PgCommitter(PgIO):
                     raise
         raise AssertionError("unreachable")
 
-    async def _commit_one(self, job: _Job) -> None:
+    async def _commit_one(self, writer: _Writer, job: _Job) -> None:
         query, params, _, fut = job
         try:
-            row = await self._execute_one(query, params)
+            row = await self._execute_one(writer, query, params)
         except psycopg.Error as exc:
-            _fail(fut, self._lost(exc))
+            _fail(fut, self._lost(writer, exc))
         else:
             _done(fut, row)
 
-    async def _commit_batch(self, batch: list[_Job]) -> None:
+    async def _commit_batch(self, writer: _Writer, batch: list[_Job]) -> None:
         """One transaction, one pipeline, one round trip: BEGIN; lock_batch (every run row
         the batch writes, in thread_id order); per statement kind, one multi-row statement
         (step commits, journal writes) or one executemany (the rest); COMMIT."""
@@ -163,9 +176,9 @@ class PgCommitter(PgIO):
         stats["largest_batch"] = max(stats["largest_batch"], len(batch))
         firsts: list[TupleRow | None] = [None] * len(batch)
         try:
-            if self._cursor is None or self._cursor.connection.closed:
-                await self._new_cursor()
-            conn = self._commit_conn
+            if writer.cursor is None or writer.cursor.connection.closed:
+                await self._new_cursor(writer)
+            conn = writer.conn
             assert conn is not None
             try:
                 plan = await self._send_batch(conn, batch, groups)
@@ -176,13 +189,13 @@ class PgCommitter(PgIO):
             if _is_disconnect(exc):
                 # The outcome is unknown: re-running could commit twice. Report it to all.
                 for job in batch:
-                    _fail(job[3], self._lost(exc))
+                    _fail(job[3], self._lost(writer, exc))
                 return
             stats["batch_retries"] += 1
             log.debug("group commit of %d writes failed (%s); retrying them one by one",
                       len(batch), self._message(exc))
             for job in batch:
-                await self._commit_one(job)
+                await self._commit_one(writer, job)
             return
         # Committed. (Anything raised from here fails the batch's callers; nothing retries.)
         for cur, members, bulk in plan:
@@ -218,8 +231,8 @@ class PgCommitter(PgIO):
             async with conn.pipeline():
                 try:
                     await conn.execute(_BEGIN)
-                    await conn.execute(self._q["lock_batch"],
-                                       {"ids": sorted({job[2] for job in batch})})
+                    ids = orjson.dumps(sorted({job[2] for job in batch})).decode()
+                    await conn.execute(self._q["lock_batch"], {"ids": ids})
                     for query, members in groups.items():
                         cur = conn.cursor()
                         seq = [batch[i][1] for i in members]

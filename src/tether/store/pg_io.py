@@ -2,8 +2,8 @@
 the LISTEN/NOTIFY listener, beneath PostgresStore (postgres.py); the group-commit writer is in
 pg_commit.py.
 
-Connections: a psycopg 3 async pool (autocommit) for everything but step writes; one pooled
-connection kept by the writer for commit_step, record_call and create_run; one dedicated
+Connections: a psycopg 3 async pool (autocommit) for everything but step writes; two pooled
+connections kept by the writers for commit_step, record_call and create_run; one dedicated
 connection LISTENing on `tether_work` and `tether_effects`. Most operations are one statement.
 
 Coalesced reads: get_run is coalesced the same way as the writer's group commit (pg_commit.py):
@@ -47,6 +47,7 @@ EFFECTS_CHANNEL: Final = "tether_effects"
 _SCHEMES: Final = ("postgresql", "postgres", "postgresql+psycopg")
 _SYNC_MODES: Final = frozenset({"on", "off", "local", "remote_write", "remote_apply"})
 _MAX_BATCH: Final = 1000
+_WRITERS: Final = 2  # writer connections: a group commit is sent while another is at the server
 _BACKOFF_MIN, _BACKOFF_MAX = 0.2, 10.0
 
 T = TypeVar("T")
@@ -122,6 +123,18 @@ def _pool_options(rest: str, safe_url: str) -> tuple[str, dict[str, float]]:
     return base + ("?" + "&".join(kept) if kept else ""), found
 
 
+class _Writer:
+    """One writer connection of the group commit (pg_commit.py) and its state."""
+
+    __slots__ = ("busy", "conn", "cursor", "lost")
+
+    def __init__(self) -> None:
+        self.conn: Conn | None = None
+        self.cursor: psycopg.AsyncCursor[TupleRow] | None = None
+        self.lost = False  # its connection failed: replace it before the next write
+        self.busy = False  # a write or a group commit is on it
+
+
 class PgIO:
     """PostgresStore's connections: its settings and state, and the plumbing its Store methods
     and the group-commit writer (PgCommitter) run on."""
@@ -149,11 +162,12 @@ class PgIO:
                 f"synchronous_commit must be one of {sorted(_SYNC_MODES)}, "
                 f"got {synchronous_commit!r}"
             )
-        if max_size < 2:
-            raise ConfigError("max_size must be at least 2 (the committer holds one connection)")
         rest, pool = _pool_options(rest, self.safe_url)
         min_size = int(pool.get("pool_min", min_size))
         max_size = int(pool.get("pool_max", max_size))
+        if max_size < 2:
+            raise ConfigError("max_size (pool_max) must be at least 2 (a writer holds one "
+                              "connection)")
         pool_timeout = pool.get("pool_timeout", pool_timeout)
         try:
             params = conninfo_to_dict("postgresql://" + rest)  # libpq knows no "+psycopg"
@@ -189,14 +203,12 @@ class PgIO:
                                         _run_thread_key),
         }
         self._pool: AsyncConnectionPool[Conn] | None = None
-        self._accepting = False  # writes are taken (the committer runs)
-        self._busy = False  # the writer connection is in use
+        self._accepting = False  # writes are taken (the committers run)
+        # Keep one connection of the pool for everything else.
+        self._writers = [_Writer() for _ in range(min(_WRITERS, max_size - 1))]
         self._queue: deque[_Job] = deque()
         self._wake = asyncio.Event()
-        self._committer: asyncio.Task[None] | None = None
-        self._commit_conn: Conn | None = None
-        self._cursor: psycopg.AsyncCursor[TupleRow] | None = None
-        self._writer_lost = False
+        self._committers: list[asyncio.Task[None]] = []
         self._stats = dict.fromkeys(("batches", "batched_writes", "largest_batch",
                                      "batch_retries"), 0)
         self._listener: asyncio.Task[None] | None = None
@@ -247,14 +259,15 @@ class PgIO:
         if listener is not None:
             listener.cancel()
             await asyncio.wait([listener])
-        committer, self._committer = self._committer, None
+        committers, self._committers = self._committers, []
         self._accepting = False
-        if committer is not None:
-            self._wake.set()  # the committer finishes what was submitted, then stops
-            done, _ = await asyncio.wait([committer], timeout=self.pool_timeout)
-            if not done:
-                committer.cancel()
-                await asyncio.wait([committer])
+        if committers:
+            self._wake.set()  # the committers finish what was submitted, then stop
+            _, pending = await asyncio.wait(committers, timeout=self.pool_timeout)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
         listen_conn, self._listen_conn = self._listen_conn, None  # if the task never started
         if listen_conn is not None:
             with contextlib.suppress(psycopg.Error, OSError):
@@ -270,10 +283,11 @@ class PgIO:
                 await asyncio.wait([healer])
         pool, self._pool = self._pool, None
         if pool is not None:
-            commit_conn, self._commit_conn, self._cursor = self._commit_conn, None, None
-            if commit_conn is not None:
-                with contextlib.suppress(psycopg.Error, OSError):
-                    await pool.putconn(commit_conn)
+            for writer in self._writers:
+                commit_conn, writer.conn, writer.cursor = writer.conn, None, None
+                if commit_conn is not None:
+                    with contextlib.suppress(psycopg.Error, OSError):
+                        await pool.putconn(commit_conn)
             await pool.close()
 
     def _need_pool(self) -> AsyncConnectionPool[Conn]:

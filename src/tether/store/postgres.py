@@ -138,9 +138,12 @@ class PostgresStore(PgCommitter):
             if current < target:
                 await self.close()
                 raise SchemaError(behind_message(current, target, self.safe_url))
-        self._accepting, self._writer_lost = True, False
+        self._accepting = True
         self._wake.clear()
-        self._committer = asyncio.create_task(self._commit_loop(), name="tether-pg-committer")
+        for i, writer in enumerate(self._writers):
+            writer.lost = False
+            self._committers.append(asyncio.create_task(
+                self._commit_loop(writer), name=f"tether-pg-committer-{i}"))
         self._listener = asyncio.create_task(self._listen_loop(), name="tether-pg-listener")
 
     # -- schema ----------------------------------------------------------------------------

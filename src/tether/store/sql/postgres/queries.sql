@@ -222,9 +222,10 @@ RETURNING 1;
 -- batch, in thread_id order (the caller sorts the ids; the order every multi-row lock takes,
 -- so none can deadlock with another). The batch's later statements then read those rows as
 -- they are now. One primary-key lookup per id, whatever the planner's statistics say: a scan
--- of every running run would grow with their number, not with the batch.
+-- of every running run would grow with their number, not with the batch. The ids come as one
+-- JSON array (one parameter to encode, not an array element by element).
 SELECT 1
-FROM unnest(%(ids)s::text[]) WITH ORDINALITY AS i(id, n),
+FROM json_array_elements_text(%(ids)s::json) WITH ORDINALITY AS i(id, n),
      LATERAL (SELECT 1 FROM runs WHERE thread_id = i.id AND status = 'running'
               FOR NO KEY UPDATE) AS l
 ORDER BY i.n;

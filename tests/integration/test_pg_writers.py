@@ -1,0 +1,78 @@
+"""The Postgres store's writers (real Postgres): two connections share the group commit, so a
+write stuck behind a row lock held elsewhere does not hold up the other runs' writes; a pool
+too small for two keeps one writer and a connection for reads."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+import orjson
+import psycopg
+
+from tether.store.base import JournalRecord, Lease, NewRun
+from tether.store.postgres import PostgresStore
+
+WORKER = "w1"
+
+
+def _new(thread_id: str) -> NewRun:
+    data = orjson.dumps({"q": thread_id})
+    return NewRun(thread_id, "a", "v1", "start", data, hashlib.sha256(data).hexdigest())
+
+
+async def _leased(store: PostgresStore, ids: list[str]) -> list[Lease]:
+    made = await asyncio.gather(*(store.create_run(_new(t), lease=(WORKER, 60.0)) for t in ids))
+    return [Lease(run.thread_id, WORKER, run.epoch) for run, _ in made]
+
+
+async def _journal(store: PostgresStore, lease: Lease) -> None:
+    await store.record_call(lease, 1, 0, "f", b'"ok"')
+
+
+async def test_a_write_waiting_on_a_row_lock_does_not_hold_up_other_runs(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    await store.open()
+    try:
+        stuck, *others = await _leased(store, [f"r{i}" for i in range(6)])
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as locker:
+            await locker.execute("BEGIN")
+            await locker.execute("SELECT 1 FROM runs WHERE thread_id = %s FOR UPDATE",
+                                 (stuck.thread_id,))
+            blocked = asyncio.create_task(_journal(store, stuck))
+            await asyncio.sleep(0.2)  # it holds a writer, waiting for the lock
+            assert not blocked.done()
+            # One at a time, then together: both go through the other writer.
+            await asyncio.wait_for(_journal(store, others[0]), 10)
+            await asyncio.wait_for(asyncio.gather(*(_journal(store, le) for le in others[1:])), 10)
+            assert not blocked.done()
+            await locker.execute("ROLLBACK")
+        await asyncio.wait_for(blocked, 10)
+        for lease in (stuck, *others):
+            assert await store.load_journal(lease.thread_id, 1) == [JournalRecord(0, "f", b'"ok"')]
+    finally:
+        await store.close()
+
+
+async def test_a_pool_of_two_keeps_one_writer_and_reads_still_run(pg_url: str) -> None:
+    store = PostgresStore(pg_url + "?pool_max=2")
+    await store.open()
+    try:
+        assert len(store._writers) == 1
+        stuck, other = await _leased(store, ["r1", "r2"])
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as locker:
+            await locker.execute("BEGIN")
+            await locker.execute("SELECT 1 FROM runs WHERE thread_id = %s FOR UPDATE",
+                                 (stuck.thread_id,))
+            blocked = asyncio.create_task(_journal(store, stuck))
+            await asyncio.sleep(0.2)
+            queued = asyncio.create_task(_journal(store, other))
+            # The one writer is taken; reads have the other connection.
+            run = await asyncio.wait_for(store.get_run(other.thread_id), 10)
+            assert run is not None and run.thread_id == other.thread_id
+            assert not blocked.done() and not queued.done()
+            await locker.execute("ROLLBACK")
+        await asyncio.wait_for(asyncio.gather(blocked, queued), 10)
+        assert await store.load_journal(other.thread_id, 1) == [JournalRecord(0, "f", b'"ok"')]
+    finally:
+        await store.close()
