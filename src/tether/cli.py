@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from . import eventloop
 from .config import default_db, redact
 from .errors import AppImportError, ConfigError, InvalidState, TetherError
 from .runtime import Checkpoint, Interrupt, Run, Runtime
@@ -517,7 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler: Handler = args.handler
     try:
-        return asyncio.run(handler(args))
+        return eventloop.run(handler(args))
     except TetherError as exc:
         print(f"tether: error: {exc}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .. import eventloop
 from .common import Result, pg_admin_url
 
 if TYPE_CHECKING:
@@ -219,6 +220,7 @@ def anchor_line(d: Mapping[str, Any]) -> str:
 def machine() -> list[str]:
     info = [f"Python {platform.python_version()} on {platform.system()} {platform.release()}",
             f"{os.cpu_count()} CPUs", f"SQLite {sqlite3.sqlite_version}",
+            f"event loop {eventloop.loop_name()} (TETHER_LOOP)",
             f"load average (1 min) {LOAD_AT_START:.2f} at the start, {os.getloadavg()[0]:.2f} at "
             "the end (other processes on this machine share its CPUs and disk)"]
     try:

@@ -13,11 +13,11 @@ format); the runner starts one such process per workload, so peak RSS is per wor
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from .. import eventloop
 from .common import BACKENDS, PartialFailure, Result, emit
 
 USAGE = """usage: python -m tether.bench.workloads WORKLOAD BACKEND [ARGS...]
@@ -87,7 +87,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit(USAGE)
     call = workload_call(argv[0].upper(), argv[1], argv[2:])
     try:
-        results = asyncio.run(call)
+        results = eventloop.run(call)
     except PartialFailure as exc:
         for result in exc.results:
             emit(result)
