@@ -38,7 +38,7 @@ def test_group_commit_locks_and_fences_look_runs_up_by_primary_key(pg_url: str) 
     statements = {"lock_batch": (q["lock_batch"], {"ids": orjson.dumps(ids).decode()}),
                   "insert_journals": (q["insert_journals"], {"rows": journals}),
                   "commit_steps": (q["commit_steps"], {"rows": steps}),
-                  "finish_steps": (q["finish_steps"], {"rows": finishes})}
+                  "commit_steps (last steps)": (q["commit_steps"], {"rows": finishes})}
     with psycopg.connect(pg_url, autocommit=True) as pg:
         # Running runs, written directly: only their number matters here.
         pg.execute(b"""

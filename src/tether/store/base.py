@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -221,6 +221,14 @@ def new_run_params(new: NewRun, lease: tuple[str, float] | None = None) -> dict[
     params = {name: getattr(new, name) for name in NewRun.__dataclass_fields__}
     params["lease_owner"], params["lease_ttl"] = lease if lease is not None else (None, None)
     return params
+
+
+def finished_run(run: RunRecord, commit: StepCommit, updated_at: float) -> RunRecord:
+    """The record of `run` (as its worker claimed it) once `commit`, its last step, has
+    completed it: what the row holds then, built without reading it back."""
+    return replace(run, status="completed", node=None, step=commit.step, attempt=0, failures=0,
+                   wake_at=None, waiting_for=None, lease_owner=None, lease_expires_at=None,
+                   epoch=commit.lease.epoch, updated_at=updated_at)
 
 
 def same_run(existing: RunRecord, new: NewRun, by: str) -> RunRecord:

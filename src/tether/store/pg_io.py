@@ -195,12 +195,11 @@ class PgIO:
         # group fits it, and the key of a row it returns (None: rows are keys; each job whose
         # key came back gets _OK) or, given, each job gets the row with its key.
         self._bulk: dict[bytes, Bulk] = {
-            q["commit_step"]: Bulk(q["commit_steps"], _thread_key, _distinct_runs),
+            q["commit_step"]: Bulk(q["commit_steps"], _thread_key, _distinct_runs,
+                                   _first_column),
             q["insert_journal"]: Bulk(q["insert_journals"], _journal_key, _always),
             q["create_run"]: Bulk(q["create_runs"], _thread_key, _fresh_leased_runs,
                                   _created_thread_key),
-            q["commit_step_wake"]: Bulk(q["finish_steps"], _thread_key, _parentless_finishes,
-                                        _run_thread_key),
         }
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._accepting = False  # writes are taken (the committers run)
@@ -539,18 +538,12 @@ def _fresh_leased_runs(seq: list[Params]) -> bool:
             and _distinct_runs(seq))
 
 
-def _parentless_finishes(seq: list[Params]) -> bool:
-    """finish_steps takes commit_step_wakes that finish runs without a parent, once each."""
-    return (all(p.get("parentless") and p["status"] == "completed" for p in seq)
-            and _distinct_runs(seq))
-
-
 def _created_thread_key(row: TupleRow) -> tuple[Any, ...]:
     return (row[1],)  # create_run's row: (created, thread_id, ...)
 
 
-def _run_thread_key(row: TupleRow) -> tuple[Any, ...]:
-    return (row[0],)  # a run row (thread_id, ...)
+def _first_column(row: TupleRow) -> tuple[Any, ...]:
+    return (row[0],)  # commit_step's row: (thread_id, updated_at)
 
 
 class Bulk(NamedTuple):

@@ -52,6 +52,7 @@ from .base import (
     Park,
     RunRecord,
     StepCommit,
+    finished_run,
     new_run_params,
     same_run,
 )
@@ -297,14 +298,16 @@ class PostgresStore(PgCommitter):
             await self._transaction(body, body_commits=commits)
         else:
             params = _step_params(commit)
+            run = commit.run
+            ends: RunRecord | None = None  # a run without a parent, finished by this step
             if commit.children:
                 _add_children(params, commit.children)
                 query = self._q["commit_step_notify"]
+            elif commit.status == "completed" and run is not None and run.parent_thread_id is None:
+                # Nobody to wake: a plain commit_step, its record built from the claimed one.
+                query, ends = self._q["commit_step"], run
             elif commit.status == "queued" or terminal:
                 query = self._q["commit_step_wake"]
-                if (commit.status == "completed" and commit.run is not None
-                        and commit.run.parent_thread_id is None):
-                    params["parentless"] = True  # nobody to wake: may go as finish_steps
             else:
                 query = self._q["commit_step"]  # the hot path: one statement, group-committed
             row = await self._write(query, params, lease.thread_id)
@@ -312,7 +315,9 @@ class PostgresStore(PgCommitter):
                 raise LeaseLost(
                     f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed"
                 )
-            if terminal and query is self._q["commit_step_wake"]:
+            if ends is not None:
+                finished = finished_run(ends, commit, row[1])
+            elif terminal and query is self._q["commit_step_wake"]:
                 finished = _run(row[:_RUN_WIDTH])
         if commit.children or commit.messages or commit.status == "queued" or terminal:
             self.work_available.set()

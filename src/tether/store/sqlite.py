@@ -6,7 +6,6 @@ holds SQLiteStore, the Store protocol's methods on top of them.
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -32,6 +31,7 @@ from .base import (
     Park,
     RunRecord,
     StepCommit,
+    finished_run,
     new_run_params,
     same_run,
 )
@@ -253,14 +253,10 @@ class SQLiteStore(SQLiteIO):
                          or commit.consumed or commit.groups)):
             # The common last step: as above, the finished run's record built here.
             now = time.time()
-            finished = dataclasses.replace(
-                run, status="completed", node=None, step=commit.step, attempt=0, failures=0,
-                wake_at=None, waiting_for=None, lease_owner=None, lease_expires_at=None,
-                epoch=lease.epoch, updated_at=now)
             return self._w(Fenced(
                 self._q["finish_run"], (commit.step, "completed", lease.thread_id, lease.epoch, now),
                 f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed",
-                self._q["insert_checkpoint"], cp, result=finished))
+                self._q["insert_checkpoint"], cp, result=finished_run(run, commit, now)))
         return self._commit_step(commit, cp)
 
     async def _commit_step(self, commit: StepCommit, cp: tuple[Any, ...]) -> RunRecord | None:

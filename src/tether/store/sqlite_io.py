@@ -336,7 +336,7 @@ def _run_fenced(
         results.append((fut, *job.run(conn)))
 
 
-def _deliver(results: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+def _deliver(results: list[_Result]) -> None:
     for fut, ok, value in results:
         if fut.done():  # the caller was cancelled; the write still happened or not, atomically
             continue

@@ -197,8 +197,9 @@ WHERE thread_id = %(thread_id)s AND step = %(step)s
 ORDER BY idx;
 
 -- name: commit_step
--- The hot path, one statement: moves the run past the step and appends its checkpoint,
--- fenced by the epoch. One row back = committed; none = lease lost, nothing written.
+-- The hot path, one statement: moves the run past the step (or finishes a run that has no
+-- parent to wake) and appends its checkpoint, fenced by the epoch. One row back, (thread_id,
+-- updated_at), = committed; none = lease lost, nothing written.
 WITH u AS (
     UPDATE runs
     SET step = %(step)s, node = %(next_node)s, status = %(status)s,
@@ -208,14 +209,16 @@ WITH u AS (
         lease_expires_at = CASE WHEN %(status)s = 'running' THEN lease_expires_at END,
         updated_at = extract(epoch FROM clock_timestamp())::float8
     WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status = 'running'
-    RETURNING thread_id
+    RETURNING thread_id, updated_at
+),
+c AS (
+    INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
+                             started_at, finished_at)
+    SELECT u.thread_id, %(step)s, %(node)s, %(next_node)s, %(kind)s, %(data)s, %(worker)s,
+           %(attempt)s, %(started_at)s, %(finished_at)s
+    FROM u
 )
-INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
-                         started_at, finished_at)
-SELECT u.thread_id, %(step)s, %(node)s, %(next_node)s, %(kind)s, %(data)s, %(worker)s,
-       %(attempt)s, %(started_at)s, %(finished_at)s
-FROM u
-RETURNING 1;
+SELECT thread_id, updated_at FROM u;
 
 -- name: lock_batch
 -- First statement of a group-commit transaction: locks the run rows of every write in the
@@ -231,9 +234,10 @@ FROM json_array_elements_text(%(ids)s::json) WITH ORDINALITY AS i(id, n),
 ORDER BY i.n;
 
 -- name: commit_steps
--- Many plain commit_steps (distinct runs) in one statement, inside a group commit after
+-- Many commit_steps (distinct runs) in one statement, inside a group commit after
 -- lock_batch: each row fenced on its own epoch exactly as commit_step; only the runs that
--- match move and get their checkpoint. Returns the thread_ids committed. The rows come as
+-- match move (or finish) and get their checkpoint. Returns commit_step's row, (thread_id,
+-- updated_at), for each run committed. The rows come as
 -- one JSON array of commit_step's parameters (data as its UTF-8 text): one parameter to
 -- encode, not an array per column.
 WITH x AS (
@@ -265,45 +269,7 @@ u AS (
     FROM f
     WHERE runs.ctid = ANY (ARRAY(SELECT rid FROM f)) AND runs.ctid = f.rid
       AND runs.epoch = f.epoch AND runs.status = 'running'
-    RETURNING runs.thread_id
-)
-INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
-                         started_at, finished_at)
-SELECT x.thread_id, x.step, x.node, x.next_node, x.kind, x.data, x.worker, x.attempt,
-       x.started_at, x.finished_at
-FROM x JOIN u ON u.thread_id = x.thread_id
-RETURNING thread_id;
-
--- name: finish_steps
--- Many commit_step_wakes that finish runs without a parent (nobody to wake, nothing to
--- announce; distinct runs) in one statement, inside a group commit after lock_batch, each
--- fenced on its own epoch and found by primary key as in commit_steps; returns
--- commit_step_wake's row for each run committed. The rows come as one JSON array of
--- commit_step_wake's parameters (data as its UTF-8 text).
-WITH x AS (
-    SELECT r.thread_id, r.epoch, r.step, r.node, r.next_node, r.kind,
-           convert_to(r.data, 'UTF8') AS data, r.worker, r.attempt, r.started_at,
-           r.finished_at, r.status
-    FROM json_to_recordset(%(rows)s::json)
-        AS r(thread_id text, epoch bigint, step bigint, node text, next_node text, kind text,
-             data text, worker text, attempt int, started_at float8, finished_at float8,
-             status text)
-),
-f AS MATERIALIZED (
-    SELECT x.*, l.rid
-    FROM x, LATERAL (SELECT ctid AS rid FROM runs
-                     WHERE thread_id = x.thread_id AND epoch = x.epoch AND status = 'running'
-                     OFFSET 0) AS l
-),
-u AS (
-    UPDATE runs
-    SET step = f.step, node = NULL, status = f.status, attempt = 0, failures = 0,
-        wake_at = NULL, waiting_for = NULL, lease_owner = NULL, lease_expires_at = NULL,
-        updated_at = extract(epoch FROM clock_timestamp())::float8
-    FROM f
-    WHERE runs.ctid = ANY (ARRAY(SELECT rid FROM f)) AND runs.ctid = f.rid
-      AND runs.epoch = f.epoch AND runs.status = 'running'
-    RETURNING runs.*
+    RETURNING runs.thread_id, runs.updated_at
 ),
 c AS (
     INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
@@ -311,9 +277,8 @@ c AS (
     SELECT x.thread_id, x.step, x.node, x.next_node, x.kind, x.data, x.worker, x.attempt,
            x.started_at, x.finished_at
     FROM x JOIN u ON u.thread_id = x.thread_id
-    RETURNING thread_id
 )
-SELECT u.*, 0 FROM u JOIN c ON c.thread_id = u.thread_id;
+SELECT thread_id, updated_at FROM u;
 
 -- name: insert_journals
 -- Many record_calls in one statement, inside a group commit after lock_batch (which holds
