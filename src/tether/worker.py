@@ -154,7 +154,7 @@ class Worker:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         log.info("worker %s starting (version %s, concurrency %d, lease %.1fs)",
                  self.id, self.runtime.version, self.concurrency, self.settings.lease_ttl)
-        with gc_tuned(), switch_interval_tuned():
+        with gc_tuned(self.concurrency), switch_interval_tuned():
             await self._run(stop)
         log.info("worker %s stopped after %d steps", self.id, self.steps_committed)
 
@@ -425,20 +425,32 @@ class Worker:
 
 _GC_DEFAULT: Final = (700, 10, 10)
 _GC_WORKER: Final = (100_000, 20, 20)
+_GC_PER_SLOT: Final = 100
 
 
-def gc_tuned() -> contextlib.AbstractContextManager[None]:
+def gc_thresholds(concurrency: int) -> tuple[int, int, int]:
+    """The collector's thresholds for a worker running up to `concurrency` steps at once:
+    _GC_WORKER, with the young threshold raised to _GC_PER_SLOT allocations per slot."""
+    young, middle, old = _GC_WORKER
+    return max(young, _GC_PER_SLOT * concurrency), middle, old
+
+
+def gc_tuned(concurrency: int = 1) -> contextlib.AbstractContextManager[None]:
     """Collect less often while the worker runs, if nobody tuned the collector already.
 
-    Thousands of in-flight steps keep many young objects (tasks, futures, frames) alive for
-    a step's duration; with Python's default thresholds the cyclic collector rescans them
-    every few thousand allocations and took about half of a worker's CPU at 10,000
-    concurrent runs (bench W2). Each young collection rescans every young object still
-    alive, whatever the threshold, so fewer collections is less work: in that run they took
-    0.4-0.5 s of 5 s CPU at (20000, 50, 20), 0.2 s at (100000, 20, 20). Counts, not
-    memory, trigger collections; objects freed by reference counting (nearly all of a
-    step's) never wait for the collector, so the higher thresholds hold little garbage."""
-    return _tuned(gc.get_threshold, lambda t: gc.set_threshold(*t), _GC_DEFAULT, _GC_WORKER)
+    Thousands of in-flight steps keep many young objects (tasks, futures, coroutines) alive
+    for a step's duration. A young collection scans every young object still alive, so its
+    cost grows with the steps in flight (30-50 tracked objects each), and with a threshold
+    below that live set every collection scans about a threshold's worth: the total is then
+    the same whatever the threshold. With Python's defaults the collector took about half of
+    a worker's CPU at 10,000 concurrent runs (bench W2); at (100000, 20, 20) it still took
+    0.25 s of 2.9 s, and (300000, 20, 20) the same. Once the threshold is above the live set
+    (100 per slot: 1,000,000 at 10,000), collections become rare and cost 0.05 s there. Counts,
+    not memory, trigger collections; objects freed by reference counting (nearly all of a
+    step's) never wait for the collector, so only cyclic garbage waits longer, at most about
+    a threshold's worth of objects."""
+    return _tuned(gc.get_threshold, lambda t: gc.set_threshold(*t), _GC_DEFAULT,
+                  gc_thresholds(concurrency))
 
 
 _SWITCH_DEFAULT: Final = 0.005

@@ -16,6 +16,7 @@ from tether.worker import (
     _GC_WORKER,
     _SWITCH_DEFAULT,
     _SWITCH_WORKER,
+    gc_thresholds,
     gc_tuned,
     switch_interval_tuned,
 )
@@ -72,3 +73,17 @@ def test_a_change_made_while_running_is_kept(setting: Setting) -> None:
     with setting.context():
         setting.put(setting.other)
     assert setting.get() == setting.other
+
+
+def test_the_young_threshold_grows_with_concurrency() -> None:
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(*_GC_DEFAULT)
+        with gc_tuned(10):
+            assert gc.get_threshold() == _GC_WORKER  # never below the worker's floor
+        with gc_tuned(10_000):
+            assert gc.get_threshold() == (1_000_000, _GC_WORKER[1], _GC_WORKER[2])
+        assert gc.get_threshold() == _GC_DEFAULT
+        assert gc_thresholds(50_000)[0] == 5_000_000
+    finally:
+        gc.set_threshold(*before)

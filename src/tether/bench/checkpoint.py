@@ -186,7 +186,7 @@ async def w2_floor(runs: int) -> tuple[float, float]:
                             ("INSERT INTO cps VALUES (?, ?, ?, ?)",
                              (tid, step, b'{"a":{"replies":["ok"]}}', time.time())))
 
-        with gc_tuned():  # the collector settings the worker runs with
+        with gc_tuned(runs):  # the collector settings a worker of that concurrency runs with
             t0, cpu0 = time.perf_counter(), time.process_time()
             await asyncio.gather(*(one(i) for i in range(runs)))
             return time.perf_counter() - t0, time.process_time() - cpu0
