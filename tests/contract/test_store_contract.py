@@ -485,6 +485,24 @@ async def test_claim_takes_over_a_run_whose_lease_expired(store: Store) -> None:
     assert second.attempt == first.attempt + 1
 
 
+async def test_claim_takes_due_runs_before_expired_leases_within_one_limit(
+        store: Store) -> None:
+    (expiring,) = await started(store)
+    first = await claim_one(store, expiring, "w1", 0)
+    await asyncio.sleep(0.01)
+    (queued,) = await started(store)  # created after the other's lease expired
+    (got,) = await store.claim_runs("w2", V, AGENTS, 1, LONG)
+    assert got.thread_id == queued.thread_id  # due runs first, whatever their age
+    (got,) = await store.claim_runs("w2", V, AGENTS, 1, LONG)
+    assert (got.thread_id, got.epoch) == (expiring.thread_id, first.epoch + 1)
+    more = await started(store, 2)
+    await store.release_runs([lease_of(got)])
+    both = await store.claim_runs("w3", V, AGENTS, 2, LONG)
+    assert len(both) == 2  # the limit counts both kinds together
+    rest = await store.claim_runs("w3", V, AGENTS, 10, LONG)
+    assert {r.thread_id for r in both + rest} == {expiring.thread_id, *(r.thread_id for r in more)}
+
+
 async def test_claim_with_zero_ttl_is_expired_at_once(store: Store) -> None:
     (run,) = await started(store)
     first = await claim_one(store, run, "w1", 0)

@@ -63,3 +63,40 @@ def test_group_commit_locks_and_fences_look_runs_up_by_primary_key(pg_url: str) 
                            for s in runs_scans), (name, analyzed, runs_scans)
                 if name != "lock_batch":  # every row of the batch is written
                     assert root["Actual Rows"] == len(ids), (name, root["Actual Rows"])
+
+
+def _removed(node: dict[str, Any]) -> int:
+    """Rows every node of the plan read and then threw away (filters, join filters)."""
+    here = sum(v for k, v in node.items() if k.startswith("Rows Removed by"))
+    return here + sum(_removed(child) for child in node.get("Plans", []))
+
+
+def test_a_claim_reads_only_claimable_runs(pg_url: str) -> None:
+    """Every in-flight step's run is 'running': a claim must not read them to find the few
+    that are due or whose lease expired (it did, 5-9 ms at 10,000, on every claim)."""
+    q = queries("postgres")
+    params = {"worker": "w2", "version": "v", "agents": ["a"], "limit": 100, "ttl": 30.0}
+    with psycopg.connect(pg_url, autocommit=True) as pg:
+        pg.execute(b"""
+            INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash,
+                              lease_owner, lease_expires_at, epoch, attempt, created_at,
+                              updated_at)
+            SELECT 'r' || lpad(i::text, 6, '0'), 'a', 'v',
+                   CASE WHEN i < 3 THEN 'queued' ELSE 'running' END, 'n', '{}', 'h',
+                   CASE WHEN i < 3 THEN NULL ELSE 'w' END,
+                   CASE WHEN i < 3 THEN NULL WHEN i < 5 THEN 1 ELSE 1e12 END,
+                   1, 1, 0, 0
+            FROM generate_series(0, %s - 1) i""", (RUNS,))
+        for analyzed in (False, True):
+            if analyzed:
+                pg.execute(b"ANALYZE runs")
+            pg.execute(b"BEGIN")
+            (plan,), = pg.execute(("EXPLAIN (ANALYZE, FORMAT JSON) " + q["claim_runs"]).encode(),
+                                  params).fetchall()
+            pg.execute(b"ROLLBACK")
+            root = plan[0]["Plan"]
+            assert root["Actual Rows"] == 5, analyzed  # 3 queued, 2 with expired leases
+            runs_scans = {s for s in _scans(root) if s[1].startswith("runs")}
+            assert runs_scans == {("Index Scan", "runs_due"), ("Index Scan", "runs_expiry"),
+                                  ("Tid Scan", "runs")}, (analyzed, runs_scans)
+            assert _removed(root) <= 5, (analyzed, _removed(root))

@@ -121,17 +121,32 @@ LIMIT %(limit)s;
 -- name: claim_runs
 -- Leases claimable runs of one version: each claim bumps the fencing epoch, so any earlier
 -- holder's writes (which check the epoch) are refused from here on. SKIP LOCKED: competing
--- claimers take disjoint rows and never wait on each other or on a committing step.
+-- claimers take disjoint rows and never wait on each other or on a committing step. Runs
+-- due now come first, in due order (a range of runs_due: a queued run is due since it was
+-- created), then runs whose lease expired, oldest expiry first (a range of runs_expiry), up
+-- to the limit in all: neither part reads a run that is not claimable (the time bound is
+-- a subquery, so it bounds each index range rather than filter every row read), and the
+-- update reaches the rows they locked by TID, whatever the statistics say (a join of the
+-- ids with runs was planned, once analyzed, as a scan of every run).
 WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
-c AS (
-    SELECT r.thread_id FROM runs r, t
+due AS MATERIALIZED (
+    SELECT r.ctid AS rid FROM runs r
     WHERE r.version = %(version)s
+      AND r.status IN ('queued', 'sleeping')
+      AND coalesce(r.wake_at, r.created_at) <= (SELECT now FROM t)
       AND r.agent = ANY(%(agents)s::text[])
-      AND r.status IN ('queued', 'sleeping', 'running')
-      AND ((r.status IN ('queued', 'sleeping') AND (r.wake_at IS NULL OR r.wake_at <= t.now))
-           OR (r.status = 'running' AND r.lease_expires_at < t.now))
     ORDER BY coalesce(r.wake_at, r.created_at)
     LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+),
+expired AS MATERIALIZED (
+    SELECT r.ctid AS rid FROM runs r
+    WHERE r.version = %(version)s
+      AND r.status = 'running'
+      AND r.lease_expires_at < (SELECT now FROM t)
+      AND r.agent = ANY(%(agents)s::text[])
+    ORDER BY r.lease_expires_at
+    LIMIT greatest(%(limit)s - (SELECT count(*) FROM due), 0)
     FOR UPDATE OF r SKIP LOCKED
 )
 UPDATE runs
@@ -139,7 +154,7 @@ SET status = 'running', lease_owner = %(worker)s,
     lease_expires_at = (SELECT now FROM t) + %(ttl)s::float8,
     epoch = epoch + 1, attempt = attempt + 1, wake_at = NULL,
     updated_at = (SELECT now FROM t)
-WHERE thread_id IN (SELECT thread_id FROM c)
+WHERE ctid = ANY (ARRAY(SELECT rid FROM due UNION ALL SELECT rid FROM expired))
 RETURNING thread_id, agent, version, status, node, step, attempt, failures, input, input_hash,
           idempotency_key, lease_owner, lease_expires_at, epoch, wake_at, waiting_for, error,
           parent_thread_id, forked_from, forked_step, created_at, updated_at;

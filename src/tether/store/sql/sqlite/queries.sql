@@ -67,23 +67,34 @@ LIMIT :limit;
 
 -- name: claim_runs
 -- Leases claimable runs of one version: each claim bumps the fencing epoch, so any earlier
--- holder's writes (which check the epoch) are refused from here on.
-UPDATE runs
-SET status = 'running', lease_owner = :worker,
-    lease_expires_at = (julianday('now') - 2440587.5) * 86400.0 + :ttl,
-    epoch = epoch + 1, attempt = attempt + 1, wake_at = NULL,
-    updated_at = (julianday('now') - 2440587.5) * 86400.0
-WHERE thread_id IN (
+-- holder's writes (which check the epoch) are refused from here on. Runs due now come first,
+-- in due order (a range of runs_due: a queued run is due since it was created), then runs
+-- whose lease expired, oldest expiry first (a range of runs_expiry), up to the limit in all:
+-- neither part reads a run that is not claimable (the time bound is a subquery, so it
+-- bounds each index range rather than filter every row read).
+WITH t(now) AS MATERIALIZED (SELECT (julianday('now') - 2440587.5) * 86400.0),
+due AS MATERIALIZED (
     SELECT thread_id FROM runs
     WHERE version = :version
-      AND status IN ('queued', 'sleeping', 'running')
+      AND status IN ('queued', 'sleeping')
+      AND coalesce(wake_at, created_at) <= (SELECT now FROM t)
       AND agent IN (SELECT value FROM json_each(:agents))
-      AND ((status IN ('queued', 'sleeping')
-            AND (wake_at IS NULL OR wake_at <= (julianday('now') - 2440587.5) * 86400.0))
-           OR (status = 'running'
-               AND lease_expires_at < (julianday('now') - 2440587.5) * 86400.0))
     ORDER BY coalesce(wake_at, created_at)
-    LIMIT :limit)
+    LIMIT :limit),
+expired AS MATERIALIZED (
+    SELECT thread_id FROM runs
+    WHERE version = :version
+      AND status = 'running'
+      AND lease_expires_at < (SELECT now FROM t)
+      AND agent IN (SELECT value FROM json_each(:agents))
+    ORDER BY lease_expires_at
+    LIMIT max(:limit - (SELECT count(*) FROM due), 0))
+UPDATE runs
+SET status = 'running', lease_owner = :worker,
+    lease_expires_at = (SELECT now FROM t) + :ttl,
+    epoch = epoch + 1, attempt = attempt + 1, wake_at = NULL,
+    updated_at = (SELECT now FROM t)
+WHERE thread_id IN (SELECT thread_id FROM due UNION ALL SELECT thread_id FROM expired)
 RETURNING *;
 
 -- name: renew_leases

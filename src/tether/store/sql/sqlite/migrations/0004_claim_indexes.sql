@@ -1,0 +1,9 @@
+-- Claims without a visit to every running run. runs_claimable held every live run, 'running'
+-- ones included (an expired lease is claimable), so a claim that found nothing to take read
+-- each running run's row to check its lease, inside the write transaction every group commit
+-- waits on. Two partial indexes instead, each read as a range: runs due now (queued, or
+-- sleeping until a time now past) in due order, and running runs by lease expiry.
+DROP INDEX runs_claimable;
+CREATE INDEX runs_due ON runs (version, coalesce(wake_at, created_at))
+    WHERE status IN ('queued', 'sleeping');
+CREATE INDEX runs_expiry ON runs (version, lease_expires_at) WHERE status = 'running';
