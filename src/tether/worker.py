@@ -368,7 +368,7 @@ class Worker:
                     data=data, attempt=attempt, started_at=started, finished_at=time.time(),
                     status=status, waiting_for="mail" if parks else None, effects=ctx.effects,
                     children=ctx.children, messages=ctx.messages, groups=ctx.groups,
-                    consumed=[m.id for m in inbox], run=rec,
+                    consumed=[m.id for m in inbox] if inbox else (), run=rec,
                 ))
             except (LeaseLost, StoreError):
                 raise

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -225,10 +225,15 @@ def new_run_params(new: NewRun, lease: tuple[str, float] | None = None) -> dict[
 
 def finished_run(run: RunRecord, commit: StepCommit, updated_at: float) -> RunRecord:
     """The record of `run` (as its worker claimed it) once `commit`, its last step, has
-    completed it: what the row holds then, built without reading it back."""
-    return replace(run, status="completed", node=None, step=commit.step, attempt=0, failures=0,
-                   wake_at=None, waiting_for=None, lease_owner=None, lease_expires_at=None,
-                   epoch=commit.lease.epoch, updated_at=updated_at)
+    completed it: what the row holds then, built without reading it back (and without
+    dataclasses.replace, which took 5 us a run)."""
+    return RunRecord(
+        thread_id=run.thread_id, agent=run.agent, version=run.version, status="completed",
+        node=None, step=commit.step, attempt=0, failures=0, input=run.input,
+        input_hash=run.input_hash, idempotency_key=run.idempotency_key, lease_owner=None,
+        lease_expires_at=None, epoch=commit.lease.epoch, wake_at=None, waiting_for=None,
+        error=run.error, parent_thread_id=run.parent_thread_id, forked_from=run.forked_from,
+        forked_step=run.forked_step, created_at=run.created_at, updated_at=updated_at)
 
 
 def same_run(existing: RunRecord, new: NewRun, by: str) -> RunRecord:

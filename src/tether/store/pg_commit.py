@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
+from operator import itemgetter
 from typing import Final
 
 import orjson
@@ -218,7 +220,9 @@ class PgCommitter(PgIO):
             for i, row in zip(members, results, strict=True):
                 firsts[i] = row
         for job, first in zip(batch, firsts, strict=True):
-            _done(job[3], first)
+            fut = job[3]
+            if not fut.done():  # (_done, inline: once per write)
+                fut.set_result(first)
 
     async def _send_batch(
         self, conn: Conn, batch: list[_Job], groups: dict[bytes, list[int]]
@@ -279,8 +283,7 @@ def _bytes_as_text(value: object) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON text")
 
 
-def _thread_of(job: _Job) -> str:
-    return job[2]
+_thread_of: Final[Callable[[_Job], str]] = itemgetter(2)  # a job's thread_id
 
 
 _OK: Final[TupleRow] = (True,)  # the result a multi-row group commit gives a committed job

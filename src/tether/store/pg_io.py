@@ -26,6 +26,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import cache
+from operator import itemgetter
 from typing import Any, Final, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
@@ -196,10 +197,10 @@ class PgIO:
         # key came back gets _OK) or, given, each job gets the row with its key.
         self._bulk: dict[bytes, Bulk] = {
             q["commit_step"]: Bulk(q["commit_steps"], _thread_key, _distinct_runs,
-                                   _first_column),
+                                   itemgetter(0)),  # commit_step's row: (thread_id, updated_at)
             q["insert_journal"]: Bulk(q["insert_journals"], _journal_key, _always),
             q["create_run"]: Bulk(q["create_runs"], _thread_key, _fresh_leased_runs,
-                                  _created_thread_key),
+                                  itemgetter(1)),  # create_run's row: (created, thread_id, ...)
         }
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._accepting = False  # writes are taken (the committers run)
@@ -512,15 +513,10 @@ def _retryable(exc: psycopg.Error) -> bool:
     return isinstance(exc, TransactionRollback) or (exc.sqlstate or "").startswith("40")
 
 
-_Key = Callable[[Params], tuple[Any, ...]]
-
-
-def _thread_key(params: Params) -> tuple[Any, ...]:
-    return (params["thread_id"],)
-
-
-def _journal_key(params: Params) -> tuple[Any, ...]:
-    return (params["thread_id"], params["step"], params["idx"])
+# A job's key and its row's key (C getters: they run once per write of every group commit).
+_Key = Callable[[Params], Any]
+_thread_key: Final[_Key] = itemgetter("thread_id")
+_journal_key: Final[_Key] = itemgetter("thread_id", "step", "idx")  # = insert_journals' row
 
 
 def _distinct_runs(seq: list[Params]) -> bool:
@@ -538,16 +534,8 @@ def _fresh_leased_runs(seq: list[Params]) -> bool:
             and _distinct_runs(seq))
 
 
-def _created_thread_key(row: TupleRow) -> tuple[Any, ...]:
-    return (row[1],)  # create_run's row: (created, thread_id, ...)
-
-
-def _first_column(row: TupleRow) -> tuple[Any, ...]:
-    return (row[0],)  # commit_step's row: (thread_id, updated_at)
-
-
 class Bulk(NamedTuple):
     query: bytes
     key: _Key
     fits: Callable[[list[Params]], bool]
-    row_key: Callable[[TupleRow], tuple[Any, ...]] | None = None
+    row_key: Callable[[TupleRow], Any] | None = None
