@@ -266,9 +266,110 @@ class Worker:
     # -- one run ---------------------------------------------------------------------------
 
     async def _drive(self, rec: RunRecord, lease: Lease, fresh: bool = False) -> None:
+        """A run's task: run steps until the run parks, finishes, fails or is released.
+        `fresh`: created just now leased to us, so it has no checkpoints, journal or mail to
+        read yet (mail sent from now on is seen at its next step, as for any run mid-step).
+        One coroutine, not a wrapper around another: every resume of a step passes through
+        each level of the chain (here, the node, ctx.call, ...), one cache miss or more each
+        with thousands of runs in flight."""
         thread_id = rec.thread_id
         try:
-            await self._execute(rec, lease, fresh)
+            runtime, store = self.runtime, self.store
+            agent = runtime.agents.get(rec.agent)
+            if agent is None:  # not claimable by us; claim filters by agent
+                raise DefinitionError(f"agent {rec.agent!r} is not registered in this worker")
+            rows = await store.load_checkpoints(rec.thread_id) if rec.step > 0 else []
+            state = replay(rec.input, ((cp.kind, cp.data) for cp in rows))
+            since_snapshot = len(rows) - (1 if rows and rows[0].kind == "s" else 0)
+            journal = [] if fresh else await store.load_journal(rec.thread_id, rec.step + 1)
+            inbox = [] if fresh else [Message(m.id, m.sender, serde.loads(m.message), m.created_at)
+                                      for m in await store.load_inbox(rec.thread_id)]
+            step, node_name, attempt, failures = rec.step, rec.node, rec.attempt, rec.failures
+            snapshot_every = self.settings.snapshot_every
+            while True:
+                step += 1
+                started = time.time()
+                try:
+                    if node_name is None:
+                        raise DefinitionError(f"run {rec.thread_id!r} has no next node")
+                    node = agent.get_node(node_name)
+                    ctx = Context(store=store, lease=lease, agent=agent.name, node=node_name,
+                                  step=step, attempt=attempt, journal=journal, sink=runtime.emit,
+                                  effect_handlers=runtime.effect_handlers, inbox=inbox,
+                                  agents=runtime.agents, version=runtime.version)
+                    if inbox:
+                        runtime.emit(rec.thread_id, {"type": "processing", "step": step,
+                                                     "inbox": len(inbox)})
+                    try:
+                        cmd = await node.fn(dict(state), ctx)
+                    except Suspend as suspend:
+                        await store.park_run(lease, suspend.park)
+                        self._forget(lease)
+                        park = suspend.park
+                        if park.kind == "interrupt":
+                            runtime.emit(rec.thread_id, {
+                                "type": "interrupted", "step": step, "node": node_name,
+                                "interrupt_id": park.interrupt_id,
+                                "payload": serde.loads(park.payload or b"null")})
+                        else:
+                            runtime.emit(rec.thread_id, {"type": "sleeping", "step": step,
+                                                         "node": node_name, "seconds": park.seconds})
+                        return
+                    next_node = _check_command(agent, node_name, cmd)
+                    parks = cmd.kind == "receive"
+                    delta = delta_of(state, cmd.update)
+                    data, decoded = encode_delta(delta, node_name)
+                    # The next step sees exactly what a replay from the log would see.
+                    apply_delta(state, decoded)
+                    kind = "d"
+                    if since_snapshot + 1 >= snapshot_every:
+                        kind, data = "s", serde.dumps(state, "state")
+                        since_snapshot = 0
+                    else:
+                        since_snapshot += 1
+                except (LeaseLost, StoreError):
+                    raise
+                except Exception as exc:
+                    failures += 1
+                    await self._failed(agent, node_name, lease, failures, exc)
+                    return
+                if parks:
+                    status = "waiting"
+                elif next_node is None:
+                    status = "completed"
+                else:
+                    status = "queued" if self._stopping else "running"
+                try:
+                    finished = await store.commit_step(StepCommit(
+                        lease=lease, step=step, node=node_name or "", next_node=next_node, kind=kind,
+                        data=data, attempt=attempt, started_at=started, finished_at=time.time(),
+                        status=status, waiting_for="mail" if parks else None, effects=ctx.effects,
+                        children=ctx.children, messages=ctx.messages, groups=ctx.groups,
+                        consumed=[m.id for m in inbox] if inbox else (), run=rec,
+                    ))
+                except (LeaseLost, StoreError):
+                    raise
+                except Exception as exc:  # a duplicate effect key or a failed transactional effect
+                    failures += 1
+                    await self._failed(agent, node_name, lease, failures, exc)
+                    return
+                self.steps_committed += 1
+                if runtime.watched(rec.thread_id):
+                    runtime.emit(rec.thread_id, {"type": "step", "step": step, "node": node_name,
+                                                 "next_node": next_node, "status": status})
+                    if inbox or ctx.messages:
+                        runtime.emit(rec.thread_id, {"type": "response", "step": step,
+                                                     "sent": len(ctx.messages)})
+                    if parks:
+                        runtime.emit(rec.thread_id, {"type": "idle", "step": step})
+                    if status == "completed":
+                        runtime.emit(rec.thread_id, {"type": "completed", "step": step})
+                if status != "running":
+                    self._forget(lease)
+                    if status == "completed":
+                        runtime.notify_finished(rec.thread_id, step, state, finished)
+                    return
+                node_name, attempt, failures, journal, inbox = next_node, 1, 0, [], []
         except asyncio.CancelledError:
             if lease in self._abandoned or self._leases.get(thread_id) is not lease:
                 return  # cancelled run, lost lease, or superseded by a newer claim of ours
@@ -292,107 +393,6 @@ class Worker:
         """Stop tracking a lease that was released, parked or finished (if still current)."""
         if self._leases.get(lease.thread_id) is lease:
             del self._leases[lease.thread_id]
-
-    async def _execute(self, rec: RunRecord, lease: Lease, fresh: bool) -> None:
-        """Run steps until the run parks, finishes, fails or is released. `fresh`: created
-        just now leased to us, so it has no checkpoints, journal or mail to read yet (mail
-        sent from now on is seen at its next step, as for any run mid-step)."""
-        runtime, store = self.runtime, self.store
-        agent = runtime.agents.get(rec.agent)
-        if agent is None:  # not claimable by us; claim filters by agent
-            raise DefinitionError(f"agent {rec.agent!r} is not registered in this worker")
-        rows = await store.load_checkpoints(rec.thread_id) if rec.step > 0 else []
-        state = replay(rec.input, ((cp.kind, cp.data) for cp in rows))
-        since_snapshot = len(rows) - (1 if rows and rows[0].kind == "s" else 0)
-        journal = [] if fresh else await store.load_journal(rec.thread_id, rec.step + 1)
-        inbox = [] if fresh else [Message(m.id, m.sender, serde.loads(m.message), m.created_at)
-                                  for m in await store.load_inbox(rec.thread_id)]
-        step, node_name, attempt, failures = rec.step, rec.node, rec.attempt, rec.failures
-        snapshot_every = self.settings.snapshot_every
-        while True:
-            step += 1
-            started = time.time()
-            try:
-                if node_name is None:
-                    raise DefinitionError(f"run {rec.thread_id!r} has no next node")
-                node = agent.get_node(node_name)
-                ctx = Context(store=store, lease=lease, agent=agent.name, node=node_name,
-                              step=step, attempt=attempt, journal=journal, sink=runtime.emit,
-                              effect_handlers=runtime.effect_handlers, inbox=inbox,
-                              agents=runtime.agents, version=runtime.version)
-                if inbox:
-                    runtime.emit(rec.thread_id, {"type": "processing", "step": step,
-                                                 "inbox": len(inbox)})
-                try:
-                    cmd = await node.fn(dict(state), ctx)
-                except Suspend as suspend:
-                    await store.park_run(lease, suspend.park)
-                    self._forget(lease)
-                    park = suspend.park
-                    if park.kind == "interrupt":
-                        runtime.emit(rec.thread_id, {
-                            "type": "interrupted", "step": step, "node": node_name,
-                            "interrupt_id": park.interrupt_id,
-                            "payload": serde.loads(park.payload or b"null")})
-                    else:
-                        runtime.emit(rec.thread_id, {"type": "sleeping", "step": step,
-                                                     "node": node_name, "seconds": park.seconds})
-                    return
-                next_node = _check_command(agent, node_name, cmd)
-                parks = cmd.kind == "receive"
-                delta = delta_of(state, cmd.update)
-                data, decoded = encode_delta(delta, node_name)
-                # The next step sees exactly what a replay from the log would see.
-                apply_delta(state, decoded)
-                kind = "d"
-                if since_snapshot + 1 >= snapshot_every:
-                    kind, data = "s", serde.dumps(state, "state")
-                    since_snapshot = 0
-                else:
-                    since_snapshot += 1
-            except (LeaseLost, StoreError):
-                raise
-            except Exception as exc:
-                failures += 1
-                await self._failed(agent, node_name, lease, failures, exc)
-                return
-            if parks:
-                status = "waiting"
-            elif next_node is None:
-                status = "completed"
-            else:
-                status = "queued" if self._stopping else "running"
-            try:
-                finished = await store.commit_step(StepCommit(
-                    lease=lease, step=step, node=node_name or "", next_node=next_node, kind=kind,
-                    data=data, attempt=attempt, started_at=started, finished_at=time.time(),
-                    status=status, waiting_for="mail" if parks else None, effects=ctx.effects,
-                    children=ctx.children, messages=ctx.messages, groups=ctx.groups,
-                    consumed=[m.id for m in inbox] if inbox else (), run=rec,
-                ))
-            except (LeaseLost, StoreError):
-                raise
-            except Exception as exc:  # a duplicate effect key or a failed transactional effect
-                failures += 1
-                await self._failed(agent, node_name, lease, failures, exc)
-                return
-            self.steps_committed += 1
-            if runtime.watched(rec.thread_id):
-                runtime.emit(rec.thread_id, {"type": "step", "step": step, "node": node_name,
-                                             "next_node": next_node, "status": status})
-                if inbox or ctx.messages:
-                    runtime.emit(rec.thread_id, {"type": "response", "step": step,
-                                                 "sent": len(ctx.messages)})
-                if parks:
-                    runtime.emit(rec.thread_id, {"type": "idle", "step": step})
-                if status == "completed":
-                    runtime.emit(rec.thread_id, {"type": "completed", "step": step})
-            if status != "running":
-                self._forget(lease)
-                if status == "completed":
-                    runtime.notify_finished(rec.thread_id, step, state, finished)
-                return
-            node_name, attempt, failures, journal, inbox = next_node, 1, 0, [], []
 
     async def _failed(
         self, agent: Agent, node_name: str | None, lease: Lease, failures: int, exc: Exception
