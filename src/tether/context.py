@@ -87,10 +87,10 @@ class Context:
     ) -> None:
         self._store = store
         self._sink = sink
-        self._effect_handlers = effect_handlers or {}
+        self._effect_handlers = effect_handlers if effect_handlers is not None else {}
         self.effects: list[EffectRow] = []
         """Effects requested by this execution, committed with its checkpoint."""
-        self.inbox: list[Message] = inbox or []
+        self.inbox: list[Message] = inbox if inbox is not None else []
         """Messages delivered to this step, oldest first; consumed when the step commits."""
         self.messages: list[OutMessage] = []
         self.children: list[NewRun] = []

@@ -8,6 +8,7 @@ step's checkpoint holds only the new items, so its cost does not grow with the s
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from . import serde
@@ -15,6 +16,7 @@ from .agent import Append
 from .errors import SerializationError
 
 State = dict[str, Any]
+_NOTHING: Mapping[str, Any] = MappingProxyType({})  # a delta's missing part (no dict a step)
 
 
 def delta_of(state: State, update: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -72,9 +74,9 @@ def merge(state: State, update: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def apply_delta(state: State, delta: Mapping[str, Any]) -> State:
-    for key, v in delta.get("s", {}).items():
+    for key, v in delta.get("s", _NOTHING).items():
         state[key] = v
-    for key, items in delta.get("a", {}).items():
+    for key, items in delta.get("a", _NOTHING).items():
         cur = state.get(key)
         # A new list, not extend(): a node may still hold the old one (it got a shallow copy).
         state[key] = cur + items if isinstance(cur, list) else list(items)
