@@ -16,22 +16,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from operator import itemgetter
-from typing import Any, Final
+from typing import Final
 
 import orjson
 import psycopg
 from psycopg.rows import TupleRow
 
-from ..errors import LeaseLost, StoreError
+from ..errors import StoreError
 from .pg_io import (
     _BEGIN,
     _MAX_BATCH,
     _TX_ATTEMPTS,
     Bulk,
     Conn,
-    Fenced,
     Params,
     PgIO,
     _is_disconnect,
@@ -70,39 +69,27 @@ class PgCommitter(PgIO):
     async def _write(self, query: bytes, params: Params, thread_id: str) -> TupleRow | None:
         """Run one write statement on a writer; its first row (None: it returned none,
         e.g. a fenced write whose epoch moved)."""
-        row: TupleRow | None = await self._submit(query, params, thread_id, None)
-        return row
-
-    def _submit(self, query: bytes, params: Params, thread_id: str, fenced: Fenced | None
-                ) -> Awaitable[Any]:
-        """One write as one awaitable (see _Job for its result). Writers all busy: the future
-        of the next group commit, so the caller awaits a single object. A writer idle: the
-        statement, run in the caller's task with no hop through a committer task; the writer
-        is taken now, so writes submitted together (a gather) do not pick the same one."""
         if not self._accepting:
             raise StoreError("store is not open")
         writer = None if self._queue else self._idle_writer()
         if writer is None:
-            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            self._queue.append((query, params, thread_id, fut, fenced))
+            # The writers are taken: join the next group commit.
+            fut: asyncio.Future[TupleRow | None] = asyncio.get_running_loop().create_future()
+            self._queue.append((query, params, thread_id, fut))
             self._wake.set()
-            return fut
+            return await fut
+        # A writer is idle: run it here, with no hop through a committer task. If we are
+        # cancelled meanwhile, psycopg cancels the statement: its outcome is unknown to us, as
+        # for any cancelled write.
         writer.busy = True
-        return self._run_now(writer, query, params, fenced)
-
-    async def _run_now(self, writer: _Writer, query: bytes, params: Params,
-                       fenced: Fenced | None) -> Any:
-        """_submit's statement on the writer it took. If we are cancelled meanwhile, psycopg
-        cancels the statement: its outcome is unknown to us, as for any cancelled write."""
         try:
-            row = await self._execute_one(writer, query, params)
+            return await self._execute_one(writer, query, params)
         except psycopg.Error as exc:
             raise self._lost(writer, exc) from exc
         finally:
             writer.busy = False
             if self._queue or not self._accepting:
                 self._wake.set()
-        return row if fenced is None else _outcome(fenced, row)
 
     async def _commit_loop(self, writer: _Writer) -> None:
         queue, wake = self._queue, self._wake
@@ -169,12 +156,13 @@ class PgCommitter(PgIO):
         raise AssertionError("unreachable")
 
     async def _commit_one(self, writer: _Writer, job: _Job) -> None:
+        query, params, _, fut = job
         try:
-            row = await self._execute_one(writer, job[0], job[1])
+            row = await self._execute_one(writer, query, params)
         except psycopg.Error as exc:
-            _fail(job[3], self._lost(writer, exc))
+            _fail(fut, self._lost(writer, exc))
         else:
-            _settle(job, row)
+            _done(fut, row)
 
     async def _commit_batch(self, writer: _Writer, batch: list[_Job]) -> None:
         """One transaction, one pipeline, one round trip: BEGIN; lock_batch (every run row
@@ -232,7 +220,9 @@ class PgCommitter(PgIO):
             for i, row in zip(members, results, strict=True):
                 firsts[i] = row
         for job, first in zip(batch, firsts, strict=True):
-            _settle(job, first)
+            fut = job[3]
+            if not fut.done():  # (_done, inline: once per write)
+                fut.set_result(first)
 
     async def _send_batch(
         self, conn: Conn, batch: list[_Job], groups: dict[bytes, list[int]]
@@ -299,26 +289,11 @@ _thread_of: Final[Callable[[_Job], str]] = itemgetter(2)  # a job's thread_id
 _OK: Final[TupleRow] = (True,)  # the result a multi-row group commit gives a committed job
 
 
-def _outcome(fenced: Fenced, row: TupleRow | None) -> Any:
-    if not row:
-        raise LeaseLost(fenced.lost)
-    return None if fenced.then is None else fenced.then(row)
+def _done(fut: asyncio.Future[TupleRow | None], value: TupleRow | None) -> None:
+    if not fut.done():  # a cancelled caller: the write happened (or not) all the same
+        fut.set_result(value)
 
 
-def _settle(job: _Job, row: TupleRow | None) -> None:
-    """Give a committed job's caller its result (see _Job)."""
-    fut, fenced = job[3], job[4]
-    if fut.done():  # a cancelled caller: the write happened (or not) all the same
-        return
-    if fenced is None:
-        fut.set_result(row)
-        return
-    try:
-        fut.set_result(_outcome(fenced, row))
-    except Exception as exc:  # LeaseLost, or a bug in `then`: the caller's to see
-        fut.set_exception(exc)
-
-
-def _fail(fut: asyncio.Future[Any], error: StoreError) -> None:
+def _fail(fut: asyncio.Future[TupleRow | None], error: StoreError) -> None:
     if not fut.done():
         fut.set_exception(error)

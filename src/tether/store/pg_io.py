@@ -57,18 +57,8 @@ Params = dict[str, Any]
 _TxBody = Callable[[Conn], Awaitable[T]]
 _TX_ATTEMPTS: Final = 3
 _BEGIN: Final = b"BEGIN"
-# (query, params, thread_id, future, fenced): the future gets the statement's first row (None:
-# it returned none, e.g. a fence that failed) or, for a fenced write, what `fenced` makes of it.
-_Job = tuple[bytes, Params, str, "asyncio.Future[Any]", "Fenced | None"]
-
-
-class Fenced(NamedTuple):
-    """How a fenced write's first row becomes its caller's result, in the committer, so a hot
-    write is awaited as one plain future: no row means the lease was lost (LeaseLost(lost));
-    a row gives then(row), or None without `then`."""
-
-    lost: str
-    then: Callable[[TupleRow], Any] | None = None
+# (query, params, thread_id, future of the statement's first row: None = the fence failed)
+_Job = tuple[bytes, Params, str, "asyncio.Future[TupleRow | None]"]
 _ReadJob = tuple[bytes, Params, "asyncio.Future[list[TupleRow]]"]
 
 

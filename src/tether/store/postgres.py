@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from typing import Final
 
 import orjson
@@ -63,7 +63,6 @@ from .pg_io import (
     CHANNEL,
     EFFECTS_CHANNEL,
     Conn,
-    Fenced,
     Params,
     _TxBody,
     redact_url,
@@ -271,10 +270,9 @@ class PostgresStore(PgCommitter):
 
     # -- steps (through the committer) -----------------------------------------------------
 
-    def record_call(
+    async def record_call(
         self, lease: Lease, step: int, idx: int, name: str, result: bytes
-    ) -> Awaitable[None]:
-        # Not a coroutine: the hot path awaits the group commit's future itself.
+    ) -> None:
         params = {
             "thread_id": lease.thread_id,
             "epoch": lease.epoch,
@@ -283,38 +281,15 @@ class PostgresStore(PgCommitter):
             "name": name,
             "result": result,
         }
-        return self._submit(self._q["insert_journal"], params, lease.thread_id, Fenced(
-            f"run {lease.thread_id!r}: lease lost before journaling call {idx}"))
+        if not await self._write(self._q["insert_journal"], params, lease.thread_id):
+            raise LeaseLost(f"run {lease.thread_id!r}: lease lost before journaling call {idx}")
 
     async def load_journal(self, thread_id: str, step: int) -> list[JournalRecord]:
         rows = await self._hot_read(
             self._q["load_journal"], {"thread_id": thread_id, "step": step})
         return [JournalRecord(r[0], r[1], r[2]) for r in rows]
 
-    def commit_step(self, commit: StepCommit) -> Awaitable[RunRecord | None]:
-        if (commit.effects or commit.messages or commit.consumed or commit.groups
-                or commit.children or commit.waiting_for == "mail"):
-            return self._commit_step(commit)
-        lost = f"run {commit.lease.thread_id!r}: lease lost; step {commit.step} not committed"
-        run = commit.run
-        if commit.status == "running":
-            # The hot path: one statement, group-committed; not a coroutine, so the caller
-            # awaits the group commit's future itself.
-            return self._submit(self._q["commit_step"], _step_params(commit),
-                                commit.lease.thread_id, Fenced(lost))
-        if commit.status == "completed" and run is not None and run.parent_thread_id is None:
-            # Nobody to wake: the same statement, the record built from the claimed one.
-            def finished(row: TupleRow) -> RunRecord:
-                self.work_available.set()
-                return finished_run(run, commit, row[1])
-
-            return self._submit(self._q["commit_step"], _step_params(commit),
-                                commit.lease.thread_id, Fenced(lost, finished))
-        return self._commit_step(commit)
-
-    async def _commit_step(self, commit: StepCommit) -> RunRecord | None:
-        """commit_step's other cases: mail, effects, groups, children, a release, a finish that
-        may wake a parent, a step that parks the run."""
+    async def commit_step(self, commit: StepCommit) -> RunRecord | None:
         lease, terminal = commit.lease, commit.status in TERMINAL
         finished: RunRecord | None = None
         if (commit.effects or commit.messages or commit.consumed or commit.groups
@@ -323,19 +298,26 @@ class PostgresStore(PgCommitter):
             await self._transaction(body, body_commits=commits)
         else:
             params = _step_params(commit)
+            run = commit.run
+            ends: RunRecord | None = None  # a run without a parent, finished by this step
             if commit.children:
                 _add_children(params, commit.children)
                 query = self._q["commit_step_notify"]
-            elif commit.status == "queued" or terminal:  # a release, or a finish
-                query = self._q["commit_step_wake"]  # that may wake a parent
+            elif commit.status == "completed" and run is not None and run.parent_thread_id is None:
+                # Nobody to wake: a plain commit_step, its record built from the claimed one.
+                query, ends = self._q["commit_step"], run
+            elif commit.status == "queued" or terminal:
+                query = self._q["commit_step_wake"]
             else:
-                query = self._q["commit_step"]
+                query = self._q["commit_step"]  # the hot path: one statement, group-committed
             row = await self._write(query, params, lease.thread_id)
             if not row:
                 raise LeaseLost(
                     f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed"
                 )
-            if terminal and query is self._q["commit_step_wake"]:
+            if ends is not None:
+                finished = finished_run(ends, commit, row[1])
+            elif terminal and query is self._q["commit_step_wake"]:
                 finished = _run(row[:_RUN_WIDTH])
         if commit.children or commit.messages or commit.status == "queued" or terminal:
             self.work_available.set()
