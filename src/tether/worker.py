@@ -35,7 +35,7 @@ from .errors import (
 from .outbox import Dispatcher
 from .retry import FailureCategory
 from .state import apply_delta, delta_of, encode_delta, replay
-from .store.base import Lease, RunRecord, StepCommit
+from .store.base import Lease, Park, RunRecord, StepCommit
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -303,17 +303,7 @@ class Worker:
                     try:
                         cmd = await node.fn(dict(state), ctx)
                     except Suspend as suspend:
-                        await store.park_run(lease, suspend.park)
-                        self._forget(lease)
-                        park = suspend.park
-                        if park.kind == "interrupt":
-                            runtime.emit(rec.thread_id, {
-                                "type": "interrupted", "step": step, "node": node_name,
-                                "interrupt_id": park.interrupt_id,
-                                "payload": serde.loads(park.payload or b"null")})
-                        else:
-                            runtime.emit(rec.thread_id, {"type": "sleeping", "step": step,
-                                                         "node": node_name, "seconds": park.seconds})
+                        await self._park(lease, step, node_name, suspend.park)
                         return
                     next_node = _check_command(agent, node_name, cmd)
                     parks = cmd.kind == "receive"
@@ -354,16 +344,9 @@ class Worker:
                     await self._failed(agent, node_name, lease, failures, exc)
                     return
                 self.steps_committed += 1
-                if runtime.watched(rec.thread_id):
-                    runtime.emit(rec.thread_id, {"type": "step", "step": step, "node": node_name,
-                                                 "next_node": next_node, "status": status})
-                    if inbox or ctx.messages:
-                        runtime.emit(rec.thread_id, {"type": "response", "step": step,
-                                                     "sent": len(ctx.messages)})
-                    if parks:
-                        runtime.emit(rec.thread_id, {"type": "idle", "step": step})
-                    if status == "completed":
-                        runtime.emit(rec.thread_id, {"type": "completed", "step": step})
+                if runtime.watched(thread_id):
+                    _step_events(runtime, thread_id, step, node_name, next_node, status,
+                                 received=bool(inbox), sent=len(ctx.messages))
                 if status != "running":
                     self._forget(lease)
                     if status == "completed":
@@ -388,6 +371,19 @@ class Worker:
                 self._tasks.pop(thread_id, None)
                 self._forget(lease)
             self.store.work_available.set()
+
+    async def _park(self, lease: Lease, step: int, node_name: str, park: Park) -> None:
+        """The node suspended (an interrupt or a sleep): park the run and say so."""
+        await self.store.park_run(lease, park)
+        self._forget(lease)
+        if park.kind == "interrupt":
+            self.runtime.emit(lease.thread_id, {
+                "type": "interrupted", "step": step, "node": node_name,
+                "interrupt_id": park.interrupt_id,
+                "payload": serde.loads(park.payload or b"null")})
+        else:
+            self.runtime.emit(lease.thread_id, {"type": "sleeping", "step": step,
+                                                "node": node_name, "seconds": park.seconds})
 
     def _forget(self, lease: Lease) -> None:
         """Stop tracking a lease that was released, parked or finished (if still current)."""
@@ -483,6 +479,19 @@ def _tuned(get: Callable[[], T], put: Callable[[T], None], default: T, tuned: T
     finally:
         if get() == tuned:
             put(default)
+
+
+def _step_events(runtime: Runtime, thread_id: str, step: int, node: str, next_node: str | None,
+                 status: str, received: bool, sent: int) -> None:
+    """The events of a committed step, for the run's subscribers in this process."""
+    runtime.emit(thread_id, {"type": "step", "step": step, "node": node,
+                             "next_node": next_node, "status": status})
+    if received or sent:
+        runtime.emit(thread_id, {"type": "response", "step": step, "sent": sent})
+    if status == "waiting":
+        runtime.emit(thread_id, {"type": "idle", "step": step})
+    if status == "completed":
+        runtime.emit(thread_id, {"type": "completed", "step": step})
 
 
 def _check_command(agent: Agent, node_name: str | None, cmd: Any) -> str | None:
