@@ -2,6 +2,8 @@
 
 Layout: sql/<dialect>/migrations/NNNN_name.sql and sql/<dialect>/queries.sql, where each
 query starts with a line `-- name: some_name` followed by a comment saying what it guarantees.
+A block starting `-- fragment: some_name` is no query: it is SQL that several queries share,
+each taking it in with a line `{{some_name}}`.
 The schema_version table records every migration applied; stores refuse to run on a schema
 that is behind and tell the user to run `tether migrate`.
 """
@@ -13,7 +15,8 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-_NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
+_NAME = re.compile(r"^--\s*(name|fragment):\s*(\w+)\s*$", re.M)
+_USE = re.compile(r"^[ \t]*\{\{(\w+)\}\}[ \t]*$", re.M)
 _MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
 
@@ -27,14 +30,33 @@ class Migration:
 @cache
 def queries(dialect: str) -> dict[str, str]:
     text = (resources.files("tether.store") / "sql" / dialect / "queries.sql").read_text("utf-8")
+    return parse_queries(text, f"{dialect}/queries.sql")
+
+
+def parse_queries(text: str, where: str) -> dict[str, str]:
+    """The named queries of a queries.sql text, each with its fragments taken in."""
     parts = _NAME.split(text)
-    # parts = [preamble, name1, body1, name2, body2, ...]
+    # parts = [preamble, kind1, name1, body1, kind2, name2, body2, ...]
     out: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in out:
-            raise ValueError(f"duplicate query name {name!r} in {dialect}/queries.sql")
-        out[name] = body.strip().rstrip(";")
-    return out
+    fragments: dict[str, str] = {}
+    for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+        if name in out or name in fragments:
+            raise ValueError(f"duplicate query name {name!r} in {where}")
+        if kind == "fragment":  # its leading comment stays here, not in every query using it
+            lines = body.strip("\n").rstrip().splitlines()
+            while lines and lines[0].lstrip().startswith("--"):
+                del lines[0]
+            fragments[name] = "\n".join(lines)
+        else:
+            out[name] = body.strip().rstrip(";")
+
+    def use(m: re.Match[str]) -> str:
+        try:
+            return fragments[m.group(1)]
+        except KeyError:
+            raise ValueError(f"unknown fragment {m.group(1)!r} in {where}") from None
+
+    return {name: _USE.sub(use, body) for name, body in out.items()}
 
 
 @cache

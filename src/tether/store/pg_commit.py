@@ -220,9 +220,7 @@ class PgCommitter(PgIO):
             for i, row in zip(members, results, strict=True):
                 firsts[i] = row
         for job, first in zip(batch, firsts, strict=True):
-            fut = job[3]
-            if not fut.done():  # (_done, inline: once per write)
-                fut.set_result(first)
+            _done(job[3], first)
 
     async def _send_batch(
         self, conn: Conn, batch: list[_Job], groups: dict[bytes, list[int]]

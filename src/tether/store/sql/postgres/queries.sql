@@ -211,11 +211,10 @@ SELECT idx, name, result FROM journal
 WHERE thread_id = %(thread_id)s AND step = %(step)s
 ORDER BY idx;
 
--- name: commit_step
--- The hot path, one statement: moves the run past the step (or finishes a run that has no
--- parent to wake) and appends its checkpoint, fenced by the epoch. One row back, (thread_id,
--- updated_at), = committed; none = lease lost, nothing written.
-WITH u AS (
+-- fragment: step_update
+-- The step commits of one run (commit_step, commit_step_notify, commit_step_wake,
+-- commit_step_tx) share these two: the run moved past the step, fenced by the epoch (u), and
+-- the step's checkpoint, only if u matched (each adds its own RETURNING).
     UPDATE runs
     SET step = %(step)s, node = %(next_node)s, status = %(status)s,
         attempt = CASE WHEN %(status)s = 'running' THEN 1 ELSE 0 END, failures = 0,
@@ -224,14 +223,24 @@ WITH u AS (
         lease_expires_at = CASE WHEN %(status)s = 'running' THEN lease_expires_at END,
         updated_at = extract(epoch FROM clock_timestamp())::float8
     WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status = 'running'
-    RETURNING thread_id, updated_at
-),
-c AS (
+
+-- fragment: step_checkpoint
     INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
                              started_at, finished_at)
     SELECT u.thread_id, %(step)s, %(node)s, %(next_node)s, %(kind)s, %(data)s, %(worker)s,
            %(attempt)s, %(started_at)s, %(finished_at)s
     FROM u
+
+-- name: commit_step
+-- The hot path, one statement: moves the run past the step (or finishes a run that has no
+-- parent to wake) and appends its checkpoint, fenced by the epoch. One row back, (thread_id,
+-- updated_at), = committed; none = lease lost, nothing written.
+WITH u AS (
+    {{step_update}}
+    RETURNING thread_id, updated_at
+),
+c AS (
+    {{step_checkpoint}}
 )
 SELECT thread_id, updated_at FROM u;
 
@@ -322,22 +331,11 @@ RETURNING thread_id, step, idx;
 -- claimable. One row back = committed.
 WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
 u AS (
-    UPDATE runs
-    SET step = %(step)s, node = %(next_node)s, status = %(status)s,
-        attempt = CASE WHEN %(status)s = 'running' THEN 1 ELSE 0 END, failures = 0,
-        wake_at = %(wake_at)s, waiting_for = %(waiting_for)s,
-        lease_owner = CASE WHEN %(status)s = 'running' THEN lease_owner END,
-        lease_expires_at = CASE WHEN %(status)s = 'running' THEN lease_expires_at END,
-        updated_at = extract(epoch FROM clock_timestamp())::float8
-    WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status = 'running'
+    {{step_update}}
     RETURNING thread_id, version, status, parent_thread_id
 ),
 c AS (
-    INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
-                             started_at, finished_at)
-    SELECT u.thread_id, %(step)s, %(node)s, %(next_node)s, %(kind)s, %(data)s, %(worker)s,
-           %(attempt)s, %(started_at)s, %(finished_at)s
-    FROM u
+    {{step_checkpoint}}
     RETURNING thread_id
 ),
 k AS (
@@ -381,22 +379,11 @@ SELECT (SELECT count(*) FROM woke) FROM c;
 -- the run as it is now, then the number of notifications sent.
 WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
 u AS (
-    UPDATE runs
-    SET step = %(step)s, node = %(next_node)s, status = %(status)s,
-        attempt = CASE WHEN %(status)s = 'running' THEN 1 ELSE 0 END, failures = 0,
-        wake_at = %(wake_at)s, waiting_for = %(waiting_for)s,
-        lease_owner = CASE WHEN %(status)s = 'running' THEN lease_owner END,
-        lease_expires_at = CASE WHEN %(status)s = 'running' THEN lease_expires_at END,
-        updated_at = extract(epoch FROM clock_timestamp())::float8
-    WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status = 'running'
+    {{step_update}}
     RETURNING *
 ),
 c AS (
-    INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
-                             started_at, finished_at)
-    SELECT u.thread_id, %(step)s, %(node)s, %(next_node)s, %(kind)s, %(data)s, %(worker)s,
-           %(attempt)s, %(started_at)s, %(finished_at)s
-    FROM u
+    {{step_checkpoint}}
     RETURNING thread_id
 ),
 lk AS (
@@ -474,22 +461,11 @@ SELECT key FROM outbox WHERE thread_id = %(thread_id)s AND key = ANY(%(keys)s::t
 -- already done). One row back = committed.
 WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
 u AS (
-    UPDATE runs
-    SET step = %(step)s, node = %(next_node)s, status = %(status)s,
-        attempt = CASE WHEN %(status)s = 'running' THEN 1 ELSE 0 END, failures = 0,
-        wake_at = %(wake_at)s, waiting_for = %(waiting_for)s,
-        lease_owner = CASE WHEN %(status)s = 'running' THEN lease_owner END,
-        lease_expires_at = CASE WHEN %(status)s = 'running' THEN lease_expires_at END,
-        updated_at = extract(epoch FROM clock_timestamp())::float8
-    WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status = 'running'
+    {{step_update}}
     RETURNING thread_id
 ),
 c AS (
-    INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
-                             started_at, finished_at)
-    SELECT u.thread_id, %(step)s, %(node)s, %(next_node)s, %(kind)s, %(data)s, %(worker)s,
-           %(attempt)s, %(started_at)s, %(finished_at)s
-    FROM u
+    {{step_checkpoint}}
     RETURNING thread_id
 ),
 k AS (
