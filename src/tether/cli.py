@@ -20,6 +20,7 @@ import orjson
 from . import eventloop
 from .config import default_db, redact
 from .errors import AppImportError, ConfigError, InvalidState, TetherError
+from .extras import requires_extra
 from .runtime import Checkpoint, Interrupt, Run, Runtime
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
@@ -281,6 +282,10 @@ def is_loopback(host: str) -> bool:
 
 
 async def cmd_serve(args: argparse.Namespace) -> int:
+    with requires_extra("server", "tether serve"):
+        import uvicorn
+
+        from .service import create_app, drain
     token = args.token if args.token is not None else os.environ.get("TETHER_TOKEN")
     token = token or None
     if not is_loopback(args.host) and token is None:
@@ -291,10 +296,6 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     rt = _runtime(args, need_app=args.worker)
     if args.lease_ttl is not None:
         rt = rt.with_db(rt.db_url, lease_ttl=args.lease_ttl)
-    import uvicorn
-
-    from .service import create_app, drain
-
     await rt.open()  # a missing schema or unreachable database is a clear error, not a traceback
     app = create_app(rt, token=token, worker_concurrency=args.concurrency if args.worker else None)
     config = uvicorn.Config(

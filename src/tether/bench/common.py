@@ -20,12 +20,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
-
-import psycopg
+from typing import TYPE_CHECKING, Any
 
 import tether
 from tether.store.base import RunRecord, StepCommit
+
+if TYPE_CHECKING:
+    import psycopg
 
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
 BACKENDS = ("sqlite", "postgres")
@@ -115,6 +116,8 @@ async def bench_db(backend: str) -> AsyncIterator[str]:
         return
     if backend != "postgres":
         raise ValueError(f"unknown backend {backend!r}")
+    import psycopg  # only here: the core install runs the SQLite workloads without it
+
     name = f"tether_bench_{uuid.uuid4().hex}"
     admin_url = pg_admin_url()
     async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as admin:
@@ -137,6 +140,8 @@ def sqlite_bytes(path: str) -> int:
 
 
 async def pg_bytes(url: str) -> int:
+    import psycopg
+
     """pg_total_relation_size (heap, indexes, TOAST) of every table in the database."""
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         cur = await conn.execute(
@@ -156,6 +161,8 @@ async def query(url: str, q: str) -> list[tuple[Any, ...]]:
             return conn.execute(q).fetchall()
         finally:
             conn.close()
+    import psycopg
+
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
         return await (await aconn.execute(q.encode())).fetchall()
 
@@ -221,6 +228,8 @@ class StatusCounts:
             self._sqlite = sqlite3.connect(sqlite_path(self.url), isolation_level=None,
                                            timeout=30)
         else:
+            import psycopg
+
             self._pg = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
         return self
 

@@ -8,8 +8,6 @@ import sqlite3
 import time
 from typing import Any
 
-import psycopg
-
 import tether
 
 from .checkpoint import W1_RUN_DEADLINE
@@ -91,6 +89,8 @@ async def e_dispatch(backend: str, effects: int, analyze: bool = False) -> list[
                 finally:
                     conn.close()
             else:
+                import psycopg
+
                 async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
                     await aconn.execute(b"ANALYZE")
 

@@ -9,8 +9,6 @@ import sqlite3
 import threading
 import time
 
-import psycopg
-
 from .common import Result, bench_db, peak_rss_mib, sqlite_path
 
 W1_MSG_BYTES = 256
@@ -54,6 +52,8 @@ def pg_raw(url: str, connections: int, batch: int, seconds: float,
            table: str | None = None, drop: bool = False) -> float:
     """Rows/s of INSERT + COMMIT via psycopg, `batch` rows per commit (single rows in
     autocommit, batches in one transaction with executemany), one thread per connection."""
+    import psycopg  # only on Postgres: the core install has no driver for it
+
     table = table or f"raw_{connections}_{batch}"
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {table} (thread_id TEXT NOT NULL, step INTEGER NOT NULL, "

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..extras import requires_extra
 
 if TYPE_CHECKING:
     from .common import Result
@@ -212,7 +213,8 @@ def add_arguments(p: argparse.ArgumentParser, *, anchors_by_default: bool) -> No
 
 
 def check_postgres(url: str) -> None:
-    import psycopg
+    with requires_extra("postgres", "tether bench --backend postgres"):
+        import psycopg
 
     if not url.startswith(("postgresql://", "postgres://")):
         raise ConfigError(f"--pg-url must be a postgresql:// URL, got {url!r}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..config import redact
 from ..errors import ConfigError
+from ..extras import requires_extra
 from .base import Store
 
 
@@ -20,7 +21,8 @@ def make_store(url: str) -> Store:
 
         return SQLiteStore(url)
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
-        from .postgres import PostgresStore
+        with requires_extra("postgres", "the Postgres store"):
+            from .postgres import PostgresStore
 
         return PostgresStore(url)
     raise ConfigError(

@@ -1,0 +1,52 @@
+"""Optional parts of tether and the extra that installs each.
+
+The core install (`pip install tether`: embedded SQLite, the CLI) pulls only what it uses.
+A part whose libraries come with an extra imports them through `requires_extra`, so a missing
+library is a ConfigError naming the exact `pip install` to run instead of a bare
+ModuleNotFoundError from deep inside tether.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Final
+
+from .errors import ConfigError
+
+# The top-level modules each extra installs; an ImportError for any other module is a bug and
+# passes through unchanged.
+EXTRAS: Final[dict[str, tuple[str, ...]]] = {
+    "postgres": ("psycopg", "psycopg_pool", "psycopg_binary"),
+    "server": ("fastapi", "starlette", "uvicorn", "pydantic", "pydantic_core"),
+}
+
+
+class MissingExtra(ConfigError):
+    """A part of tether was used whose optional libraries are not installed."""
+
+    def __init__(self, extra: str, part: str, module: str) -> None:
+        self.extra = extra
+        self.module = module
+        super().__init__(
+            f"{part} needs the {extra!r} extra ({module} is not installed): {install_hint(extra)}"
+        )
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs `extra`."""
+    return f'pip install "tether[{extra}]"'
+
+
+@contextmanager
+def requires_extra(extra: str, part: str) -> Iterator[None]:
+    """Turn the import of a missing library of `extra` inside the block into MissingExtra
+    (`part` names what was being used, e.g. "the Postgres store")."""
+    modules = EXTRAS[extra]
+    try:
+        yield
+    except ImportError as exc:
+        top = (exc.name or "").partition(".")[0]
+        if top not in modules:
+            raise
+        raise MissingExtra(extra, part, top) from exc

@@ -1,0 +1,75 @@
+"""A part of tether whose extra is not installed says which `pip install` to run. Each case
+runs in a fresh interpreter where the extra's libraries cannot be imported
+(`sys.modules[name] = None` makes `import name` raise ModuleNotFoundError)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tether.errors import ConfigError
+from tether.extras import EXTRAS, MissingExtra, requires_extra
+
+
+def without(modules: tuple[str, ...], code: str) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a new interpreter in which none of `modules` can be imported."""
+    block = "".join(f"sys.modules[{m!r}] = None\n" for m in modules)
+    script = "import sys\n" + block + textwrap.dedent(code)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_the_postgres_store_names_its_extra() -> None:
+    proc = without(EXTRAS["postgres"], """
+        from tether.errors import ConfigError
+        from tether.store import make_store
+        try:
+            make_store("postgresql://postgres@127.0.0.1:5432/postgres")
+        except ConfigError as exc:
+            print(type(exc).__name__, exc)
+        """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (
+        "MissingExtra the Postgres store needs the 'postgres' extra (psycopg is not installed): "
+        'pip install "tether[postgres]"')
+
+
+def test_sqlite_needs_no_extra() -> None:
+    proc = without(EXTRAS["postgres"] + EXTRAS["server"], """
+        import tether
+        from tether.store import make_store
+        print(type(make_store("sqlite:///:memory:")).__name__)
+        """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "SQLiteStore"
+
+
+def test_tether_serve_names_its_extra() -> None:
+    proc = without(EXTRAS["server"], """
+        from tether.cli import main
+        sys.exit(main(["serve", "--db", "sqlite:///:memory:"]))
+        """)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "tether: error: tether serve needs the 'server' extra (uvicorn is not installed): "
+        'pip install "tether[server]"')
+    assert "Traceback" not in proc.stderr
+
+
+def test_requires_extra_passes_other_import_errors_through() -> None:
+    with pytest.raises(ModuleNotFoundError, match="no_such_module"), \
+            requires_extra("postgres", "the Postgres store"):
+        import no_such_module  # type: ignore[import-not-found]  # noqa: F401
+    with pytest.raises(ImportError, match="cannot import name"), \
+            requires_extra("server", "tether serve"):
+        from tether import no_such_name  # type: ignore[attr-defined]  # noqa: F401
+
+
+def test_missing_extra_is_a_config_error() -> None:
+    exc = MissingExtra("server", "tether serve", "uvicorn")
+    assert isinstance(exc, ConfigError)
+    assert (exc.extra, exc.module) == ("server", "uvicorn")
+    assert str(exc).endswith('pip install "tether[server]"')
