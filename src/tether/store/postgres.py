@@ -329,9 +329,12 @@ class PostgresStore(PgCommitter):
         """A step carrying mail, effects, groups, or waking another run: one transaction that
         locks every run row it touches first (lock_runs), then writes (commit_step_tx), then
         wakes (wake_after_commit), in three statements and as few round trips. Unless a
-        transactional effect must run in it, commit_guard checks the outcome on the server and
-        the COMMIT goes in the same pipeline: one round trip, so the locks on the rows of the
-        run's recipients are held for one round trip, not two. (body, whether it commits)."""
+        transactional effect must run in it, the COMMIT goes in the same pipeline: one round
+        trip, so the locks on the rows of the run's recipients are held for one round trip,
+        not two. That is safe because a step that must not commit (lease lost, an effect key
+        used before, an unknown recipient) writes nothing: commit_step_tx and
+        wake_after_commit check it on the server; the results read afterwards say which
+        error to raise. (body, whether it commits)."""
         q, tid = self._q, commit.lease.thread_id
         params = _step_params(commit)
         _add_children(params, commit.children)
@@ -349,6 +352,7 @@ class PostgresStore(PgCommitter):
         if len(set(params["e_keys"])) < len(effects):
             raise DuplicateEffectKey(f"run {tid!r}: an effect key is used twice in one step")
         direct = sorted({m.recipient for m in commit.messages if m.recipient is not None})
+        params["direct"] = direct
         groups = sorted({m.group for m in commit.messages
                          if m.recipient is None and m.group is not None})
 
@@ -367,42 +371,36 @@ class PostgresStore(PgCommitter):
             params["m_recipients"] = [rcpt for rcpt, _ in sent]
             params["m_messages"] = [message for _, message in sent]
             recipients = sorted({rcpt for rcpt, _ in sent})
-            wake = {"recipients": recipients, "thread_id": tid, "parent": terminal,
+            wake = {"recipients": recipients, "thread_id": tid, "epoch": params["epoch"],
+                    "step": params["step"], "parent": terminal,
                     "mail": commit.waiting_for == "mail",
                     "notify": bool(commit.children or sent or commit.status == "queued"),
                     "effects": len(applied) < len(effects)}
-            refused: psycopg.Error | None = None  # commit_guard's: see the checks below
-            try:
-                async with conn.pipeline():
-                    if not groups:
-                        await conn.execute(_BEGIN)
-                    c_lock = await conn.execute(q["lock_runs"], {
-                        "ids": [tid, *recipients], "thread_id": tid, "parent": terminal})
-                    c_taken = (await conn.execute(q["effect_keys_taken"], {
-                        "thread_id": tid, "keys": params["e_keys"]}) if effects else None)
-                    c_step = await conn.execute(q["commit_step_tx"], params)
-                    if not applied:
-                        await conn.execute(q["wake_after_commit"], wake)
-                        await conn.execute(q["commit_guard"], {
-                            "thread_id": tid, "epoch": params["epoch"], "step": params["step"],
-                            "e_keys": params["e_keys"], "direct": direct})
-                        await conn.execute(b"COMMIT")
-            except psycopg.errors.DivisionByZero as exc:
-                if applied:
-                    raise
-                refused = exc  # rolled back (the COMMIT after it did not run)
+            async with conn.pipeline():
+                if not groups:
+                    await conn.execute(_BEGIN)
+                c_lock = await conn.execute(q["lock_runs"], {
+                    "ids": [tid, *recipients], "thread_id": tid, "parent": terminal})
+                c_taken = (await conn.execute(q["effect_keys_taken"], {
+                    "thread_id": tid, "keys": params["e_keys"]}) if effects else None)
+                c_step = await conn.execute(q["commit_step_tx"], params)
+                if not applied:
+                    await conn.execute(q["wake_after_commit"], wake)
+                    await conn.execute(b"COMMIT")
             if c_taken is not None and (taken := await c_taken.fetchall()):
                 raise DuplicateEffectKey(
                     f"run {tid!r}: effect key {taken[0][0]!r} was already used "
                     "in this run; explicit effect keys must be unique within a run")
-            if c_step.rowcount < 1:
-                raise LeaseLost(f"run {tid!r}: lease lost; step {commit.step} not committed")
-            found = {r[0] for r in await c_lock.fetchall()}
-            if missing := [r for r in direct if r not in found]:
+            locked = {r[0]: r for r in await c_lock.fetchall()}
+            own = locked.get(tid)
+            lost = LeaseLost(f"run {tid!r}: lease lost; step {commit.step} not committed")
+            if own is None or own[1] != params["epoch"] or own[2] != "running":
+                raise lost
+            if missing := [r for r in direct if r not in locked]:
                 raise RunNotFound(f"run {tid!r} sent a message to unknown thread_id "
                                   f"{missing[0]!r}")
-            if refused is not None:  # no check above explains it
-                raise refused
+            if c_step.rowcount < 1:  # no check above explains it
+                raise lost
             for e in applied:
                 assert e.apply is not None
                 try:

@@ -15,7 +15,6 @@ import orjson
 
 from ..errors import DuplicateEffectKey, EffectError, LeaseLost, RunConflict, RunNotFound, SchemaError
 from .base import (
-    CHECKPOINT_COLUMNS,
     COMPENSATION_STEP,
     INTERRUPT_CALL,
     RUN_COLUMNS,
@@ -617,14 +616,7 @@ class SQLiteStore(SQLiteIO):
         return [_checkpoint(r) for r in rows]
 
 
-
-
-
-
 def _split_sql(script: str) -> list[str]:
     """Split a migration into statements (our migrations hold no ';' inside literals)."""
     lines = [ln for ln in script.splitlines() if not ln.strip().startswith("--")]
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
-
-
-assert RUN_COLUMNS[0] == "thread_id" and CHECKPOINT_COLUMNS[0] == "thread_id"

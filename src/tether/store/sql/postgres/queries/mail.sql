@@ -1,0 +1,37 @@
+-- Postgres: mailboxes and groups.
+
+-- name: send_message
+-- Delivers mail from outside a step (the recipient's row is locked by lock_runs first), and
+-- wakes the recipient if it is idle for mail. No row back = no such run.
+WITH m AS (
+    INSERT INTO mailbox (thread_id, sender, message, created_at)
+    SELECT thread_id, %(sender)s, %(message)s, extract(epoch FROM clock_timestamp())::float8
+    FROM runs WHERE thread_id = %(thread_id)s
+    RETURNING id
+),
+w AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL,
+                    updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id = %(thread_id)s AND status = 'waiting' AND waiting_for = 'mail'
+    RETURNING version
+),
+woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM w)
+SELECT m.id, (SELECT count(*) FROM woke) FROM m;
+
+-- name: load_inbox
+SELECT id, sender, message, created_at FROM mailbox
+WHERE thread_id = %(thread_id)s AND consumed_step IS NULL
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: inbox_depth
+SELECT count(*) FROM mailbox WHERE thread_id = %(thread_id)s AND consumed_step IS NULL;
+
+-- name: group_members
+SELECT thread_id FROM group_members WHERE group_name = %(group_name)s ORDER BY thread_id;
+
+-- name: group_recipients
+-- Who a step's group messages go to: every member but the sender.
+SELECT group_name, thread_id FROM group_members
+WHERE group_name = ANY(%(groups)s::text[]) AND thread_id <> %(thread_id)s
+ORDER BY group_name, thread_id;

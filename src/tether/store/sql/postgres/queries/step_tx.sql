@@ -1,0 +1,194 @@
+-- Postgres: the multi-statement step writes (mail, effects, groups, a final failure, a park),
+-- each in a transaction that locks the run rows it touches first (see postgres.py).
+
+-- name: lock_runs
+-- Locks every run row a multi-statement write will touch (the run itself, the runs it sends
+-- mail to, its parent when it finishes), in thread_id order like every other multi-row lock,
+-- before any of them is read for a decision: a concurrent park or send either commits first
+-- (and the later statements of this transaction see it) or waits for us. Returns the ones
+-- that exist, each with its epoch and status (what a fence on it will find).
+SELECT thread_id, epoch, status FROM runs
+WHERE thread_id = ANY(%(ids)s::text[])
+   OR thread_id = (SELECT parent_thread_id FROM runs
+                   WHERE thread_id = %(thread_id)s AND %(parent)s::boolean)
+ORDER BY thread_id
+FOR NO KEY UPDATE;
+
+-- name: effect_keys_taken
+-- Which of a step's effect keys the run already used (explicit keys must be unique per run).
+SELECT key FROM outbox WHERE thread_id = %(thread_id)s AND key = ANY(%(keys)s::text[]);
+
+-- name: commit_step_tx
+-- commit_step with everything a step may carry, for a transaction that locked the rows
+-- first (lock_runs): the fenced update and checkpoint, then, only if the fence held,
+-- children, group memberships, consumed mail, sent mail and effects (transactional ones
+-- already done). The fence also requires the step's preconditions: every effect key new to
+-- the run and every direct recipient an existing run (locked by lock_runs, so still there at
+-- COMMIT). A step that fails one writes nothing at all, so its transaction may commit as it
+-- is; the caller tells which check failed from lock_runs and effect_keys_taken and raises
+-- LeaseLost, DuplicateEffectKey or RunNotFound. One row back = committed.
+WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
+u AS (
+    {{step_update}}
+      AND NOT EXISTS (SELECT 1 FROM outbox
+                      WHERE thread_id = %(thread_id)s AND key = ANY(%(e_keys)s::text[]))
+      AND (SELECT count(*) FROM runs WHERE thread_id = ANY(%(direct)s::text[]))
+          = cardinality(%(direct)s::text[])
+    RETURNING thread_id
+),
+c AS (
+    {{step_checkpoint}}
+    RETURNING thread_id
+),
+k AS (
+    {{spawn_children}}
+),
+g AS (
+    INSERT INTO group_members (group_name, thread_id, role, joined_at)
+    SELECT x.group_name, u.thread_id, x.role, t.now
+    FROM u, t, unnest(%(g_names)s::text[], %(g_roles)s::text[]) AS x(group_name, role)
+    ON CONFLICT (group_name, thread_id) DO UPDATE SET role = excluded.role
+),
+cm AS (
+    UPDATE mailbox SET consumed_step = %(step)s
+    WHERE thread_id = %(thread_id)s AND consumed_step IS NULL
+      AND id = ANY(%(consumed)s::bigint[]) AND EXISTS (SELECT 1 FROM u)
+),
+sm AS (
+    INSERT INTO mailbox (thread_id, sender, message, created_at)
+    SELECT x.recipient, u.thread_id, x.message, t.now
+    FROM u, t, unnest(%(m_recipients)s::text[], %(m_messages)s::bytea[]) WITH ORDINALITY
+         AS x(recipient, message, n)
+    ORDER BY x.n
+),
+e AS (
+    INSERT INTO outbox (thread_id, key, step, idx, name, payload, status, next_attempt_at,
+                        compensates, created_at, compensable, attempts, done_at)
+    SELECT u.thread_id, x.key, %(step)s, x.idx, x.name, x.payload, x.status, t.now, NULL,
+           t.now, x.compensable, CASE WHEN x.status = 'done' THEN 1 ELSE 0 END,
+           CASE WHEN x.status = 'done' THEN t.now END
+    FROM u, t, unnest(%(e_keys)s::text[], %(e_idxs)s::bigint[], %(e_names)s::text[],
+                   %(e_payloads)s::bytea[], %(e_statuses)s::text[], %(e_compensables)s::bool[])
+         AS x(key, idx, name, payload, status, compensable)
+    -- (no ON CONFLICT: u checked every key is new, under the run's row lock)
+)
+SELECT 1 FROM c;
+
+-- name: wake_after_commit
+-- The wake-ups of a step's transaction, read after lock_runs (a fresh snapshot), only if its
+-- commit_step_tx committed the step (ok: the run is at this step under the caller's epoch):
+-- recipients idle for mail become queued; so does the run itself if it parks for mail while
+-- mail waits; a finished run's parent parked in join re-checks its children. Announces them
+-- (and, when asked, the run's own new work) on tether_work.
+WITH ok AS MATERIALIZED (
+    SELECT 1 FROM runs
+    WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND step = %(step)s
+),
+wm AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL,
+                    updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id = ANY(%(recipients)s::text[]) AND status = 'waiting' AND waiting_for = 'mail'
+      AND EXISTS (SELECT 1 FROM ok)
+    RETURNING version
+),
+rq AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL
+    WHERE %(mail)s::boolean AND EXISTS (SELECT 1 FROM ok)
+      AND thread_id = %(thread_id)s AND status = 'waiting'
+      AND waiting_for = 'mail'
+      AND NOT (thread_id = ANY(%(recipients)s::text[]))
+      AND EXISTS (SELECT 1 FROM mailbox WHERE thread_id = %(thread_id)s AND consumed_step IS NULL)
+    RETURNING version
+),
+wp AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL,
+                    updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE %(parent)s::boolean AND EXISTS (SELECT 1 FROM ok)
+      AND thread_id = (SELECT parent_thread_id FROM runs WHERE thread_id = %(thread_id)s)
+      AND status = 'waiting' AND waiting_for = 'join'
+    RETURNING version
+),
+woke AS MATERIALIZED (
+    SELECT pg_notify('tether_work', v.version)
+    FROM (SELECT version FROM wm UNION SELECT version FROM rq UNION SELECT version FROM wp
+          UNION SELECT version FROM runs WHERE thread_id = %(thread_id)s AND %(notify)s::boolean
+                                              AND EXISTS (SELECT 1 FROM ok)) v
+),
+fx AS MATERIALIZED (SELECT pg_notify('tether_effects', '')
+                    WHERE %(effects)s::boolean AND EXISTS (SELECT 1 FROM ok))
+SELECT (SELECT count(*) FROM woke), (SELECT count(*) FROM fx);
+
+-- name: fail_step_final
+-- A final failure inside a transaction that locked the run and its parent (lock_runs): the
+-- run fails with the error, compensations are queued for its effects named in names, and a
+-- parent parked in join is woken (after the lock, so a concurrent park cannot miss it).
+-- One row back = recorded.
+WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
+u AS (
+    UPDATE runs
+    SET status = 'failed', node = NULL, failures = %(failures)s, wake_at = %(wake_at)s::float8,
+        error = %(error)s::bytea, lease_owner = NULL, lease_expires_at = NULL,
+        updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status = 'running'
+    RETURNING thread_id, parent_thread_id
+),
+{{compensations}},
+wp AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL,
+                    updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id = (SELECT parent_thread_id FROM u)
+      AND status = 'waiting' AND waiting_for = 'join'
+    RETURNING version
+),
+woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM wp),
+fx AS MATERIALIZED (SELECT pg_notify('tether_effects', '') WHERE EXISTS (SELECT 1 FROM comp))
+SELECT (SELECT count(*) FROM woke), (SELECT count(*) FROM fx) FROM u;
+
+-- name: park_run
+-- Parks a running run (interrupt or join -> waiting, sleep -> sleeping until NOW + seconds),
+-- fenced by the epoch; the lease is released: a parked run holds no worker. In the same
+-- statement: the children it spawns, and the pending interrupt or the journaled timer.
+-- One row back = parked.
+WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
+u AS (
+    UPDATE runs
+    SET status = %(status)s, waiting_for = %(waiting_for)s,
+        wake_at = extract(epoch FROM clock_timestamp())::float8 + %(seconds)s::float8,
+        lease_owner = NULL, lease_expires_at = NULL, attempt = 0, failures = 0,
+        updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status = 'running'
+    RETURNING thread_id
+),
+k AS (
+    {{spawn_children}}
+    RETURNING version
+),
+i AS (
+    -- A re-execution that reaches the same interrupt again keeps the first id.
+    INSERT INTO interrupts (thread_id, step, idx, id, payload, status, created_at)
+    SELECT u.thread_id, %(step)s, %(idx)s, %(interrupt_id)s, %(payload)s::bytea, 'pending',
+           extract(epoch FROM clock_timestamp())::float8
+    FROM u WHERE %(kind)s = 'interrupt'
+    ON CONFLICT (thread_id, step, idx) DO NOTHING
+),
+j AS (
+    INSERT INTO journal (thread_id, step, idx, name, result)
+    SELECT u.thread_id, %(step)s, %(idx)s, %(sleep_name)s, %(timer)s::bytea
+    FROM u WHERE %(kind)s = 'sleep'
+),
+woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM (SELECT DISTINCT version FROM k) v)
+SELECT (SELECT count(*) FROM woke) FROM u;
+
+-- name: requeue_if_joined
+-- A parent parking in join whose children all finished meanwhile stays claimable. A later
+-- statement than the park (a fresh snapshot): a child that finishes after it locks this row
+-- and wakes it (wake_after_commit) instead.
+WITH w AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL
+    WHERE thread_id = %(thread_id)s AND status = 'waiting' AND waiting_for = 'join'
+      AND NOT EXISTS (SELECT 1 FROM runs c
+                      WHERE c.thread_id = ANY(%(children)s::text[])
+                        AND c.status NOT IN ('completed', 'failed', 'cancelled'))
+    RETURNING version
+)
+SELECT pg_notify('tether_work', version) FROM w;

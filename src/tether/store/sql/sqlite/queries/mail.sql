@@ -1,0 +1,38 @@
+-- SQLite: mailboxes and groups.
+
+-- name: insert_message
+INSERT INTO mailbox (thread_id, sender, message, created_at)
+VALUES (:thread_id, :sender, :message, (julianday('now') - 2440587.5) * 86400.0);
+
+-- name: wake_for_mail
+-- Delivery wakes an idle actor (waiting for mail) so any worker can claim it.
+UPDATE runs SET status = 'queued', waiting_for = NULL,
+                updated_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE thread_id = :thread_id AND status = 'waiting' AND waiting_for = 'mail';
+
+-- name: load_inbox
+SELECT id, sender, message, created_at FROM mailbox
+WHERE thread_id = :thread_id AND consumed_step IS NULL ORDER BY id LIMIT :limit;
+
+-- name: consume_messages
+-- Messages are consumed by exactly one committed step (the caller checked the epoch).
+UPDATE mailbox SET consumed_step = :step
+WHERE thread_id = :thread_id AND consumed_step IS NULL
+  AND id IN (SELECT value FROM json_each(:ids));
+
+-- name: requeue_if_mail
+-- An actor that parks for mail while mail is already waiting stays claimable.
+UPDATE runs SET status = 'queued', waiting_for = NULL
+WHERE thread_id = :thread_id AND status = 'waiting' AND waiting_for = 'mail'
+  AND EXISTS (SELECT 1 FROM mailbox WHERE thread_id = :thread_id AND consumed_step IS NULL);
+
+-- name: inbox_depth
+SELECT count(*) FROM mailbox WHERE thread_id = :thread_id AND consumed_step IS NULL;
+
+-- name: join_group
+INSERT INTO group_members (group_name, thread_id, role, joined_at)
+VALUES (:group_name, :thread_id, :role, (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (group_name, thread_id) DO UPDATE SET role = excluded.role;
+
+-- name: group_members
+SELECT thread_id FROM group_members WHERE group_name = :group_name ORDER BY thread_id;

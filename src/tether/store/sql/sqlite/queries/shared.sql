@@ -1,0 +1,20 @@
+-- SQLite: fragments the queries of several files share (no queries here).
+
+-- fragment: run_columns
+-- The columns of RunRecord, in its order: every query returning a run row uses them.
+thread_id, agent, version, status, node, step, attempt, failures, input, input_hash,
+       idempotency_key, lease_owner, lease_expires_at, epoch, wake_at, waiting_for, error,
+       parent_thread_id, forked_from, forked_step, created_at, updated_at
+
+-- fragment: effect_columns
+-- The columns of EffectRecord, in its order.
+thread_id, key, step, idx, name, payload, status, attempts, epoch, next_attempt_at,
+       result, error, compensates, created_at, done_at
+
+-- fragment: interrupt_columns
+-- The columns of InterruptRecord, in its order.
+thread_id, step, idx, id, payload, value, status, created_at, resolved_at
+
+-- fragment: checkpoint_columns
+-- The columns of CheckpointRecord, in its order.
+thread_id, step, node, next_node, kind, data, worker, attempt, started_at, finished_at
