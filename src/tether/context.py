@@ -121,9 +121,11 @@ class Context:
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call `fn(*args, **kwargs)` (sync or async) once per step, durably.
 
-        The JSON-serializable result is journaled before it is returned; on re-execution of
-        this step the recorded result is returned instead of calling `fn` again. A different
-        function at the same call index raises NondeterminismError.
+        The result is journaled before it is returned; on re-execution of this step the
+        recorded result is returned instead of calling `fn` again. It may be JSON or a typed
+        value (a pydantic model, dataclass, datetime, UUID, Decimal, enum, bytes, or JSON
+        containing them: see tether.serde), read back as the same type. A different function
+        at the same call index raises NondeterminismError.
         """
         name = callable_name(fn)
         idx, rec = self._next(name)
@@ -132,7 +134,7 @@ class Context:
         value = fn(*args, **kwargs)
         if inspect.isawaitable(value):
             value = await value
-        data, decoded = serde.encode(value, f"result of call #{idx} to {name}")
+        data, decoded = serde.encode(value, f"result of call #{idx} to {name}", typed=True)
         await self._store.record_call(self._lease, self.step, idx, name, data)
         # Return the decoded record so the first execution sees exactly what a replay sees.
         return decoded

@@ -1,7 +1,26 @@
 """Serialization of state, updates, journal results and payloads (orjson).
 
-Values must be JSON types: dict with str keys, list, tuple (read back as list), str, int,
-float, bool, None. A failure names the path of the offending value and its type.
+Plain values are JSON types: dict with str keys, list, tuple (read back as list), str, int
+(64-bit), finite float, bool, None. They are stored as plain JSON, byte for byte what earlier
+releases wrote, so old rows read back unchanged.
+
+Typed values (journal results always; state where the agent opts in with `typed_state=True`)
+may also be pydantic v2 models, dataclasses, datetimes (date, time, timedelta), UUIDs,
+Decimals, enums and bytes, and read back as the same types. Each is stored as a tagged object,
+a documented and stable form (docs/reference.md, "Journal encoding"):
+
+    {"__tether__": "pydantic", "cls": "module:Qualname", "v": <model_dump_json(by_alias=True)>}
+    {"__tether__": "dataclass", "cls": "module:Qualname", "v": {field: value, ...}}
+    {"__tether__": "enum", "cls": "module:Qualname", "name": "MEMBER"}   (or "v": value)
+    {"__tether__": "datetime", "v": "2026-12-01T09:00:00+00:00"}  (+ "tz": zone key, "fold": 1)
+    {"__tether__": "date" | "time", "v": isoformat}, {"__tether__": "timedelta", "v": [d, s, us]}
+    {"__tether__": "uuid", "v": "hex"}, {"__tether__": "decimal", "v": "1.50"}
+    {"__tether__": "bytes", "v": "base64"}
+    {"__tether__": "dict", "v": {...}}   a user's dict that itself has the key "__tether__"
+
+Anything else is refused with the path of the offending value and its type. Plain values take
+the same path as before typed values existed (one orjson dump, one load, one comparison); the
+tagged walk runs only when that path cannot represent the value.
 """
 
 from __future__ import annotations
@@ -11,7 +30,11 @@ from typing import Any
 
 import orjson
 
+from . import _typed
+from ._typed import MARK, MARK_BYTES, MARK_TEXT, Bad, revive, tag
 from .errors import SerializationError
+
+__all__ = ["MARK", "digest", "dumps", "encode", "loads"]
 
 # Types orjson would silently turn into something else (datetime -> str, dataclass -> dict,
 # str/int subclasses -> their base) are passed to `_refuse` instead, which raises.
@@ -23,33 +46,64 @@ def _refuse(obj: Any) -> Any:
     raise TypeError(f"Type is not JSON serializable: {type(obj).__name__}")
 
 
-def dumps(value: Any, what: str = "value") -> bytes:
+def dumps(value: Any, what: str = "value", *, typed: bool = False) -> bytes:
     """JSON bytes of `value`, refusing anything that would not read back the same (tuples,
     read back as lists, are the one accepted difference)."""
-    return encode(value, what)[0]
+    return encode(value, what, typed=typed)[0]
 
 
-def encode(value: Any, what: str = "value") -> tuple[bytes, Any]:
+def encode(value: Any, what: str = "value", *, typed: bool = False) -> tuple[bytes, Any]:
     """(JSON bytes, the value as it reads back). A replay sees exactly the decoded value, so
-    callers hand that to user code rather than the original."""
+    callers hand that to user code rather than the original. `typed`: accept the typed values
+    listed in the module docstring as well."""
     try:
         data = orjson.dumps(value, default=_refuse, option=_OPTS)
     except (TypeError, orjson.JSONEncodeError) as exc:
+        if typed:
+            return _encode_tagged(value, what, typed)
         path, bad = _find_bad(value, what)
-        raise _error(path, bad, str(exc)) from None
+        raise _error(path, bad, str(exc), typed) from None
+    if MARK_BYTES in data:
+        # A user's dict keyed "__tether__" (or that text as a string): escape it, so that it
+        # is not read back as a tagged value.
+        return _encode_tagged(value, what, typed)
     decoded = orjson.loads(data)
     if decoded != value:
         bad_path = _find_changed(value, decoded, what)
         if bad_path is not None:
-            raise _error(bad_path[0], bad_path[1], "it would read back as a different value")
+            if typed:  # a UUID or an enum, which orjson writes as their plain values
+                return _encode_tagged(value, what, typed)
+            raise _error(bad_path[0], bad_path[1], "it would read back as a different value",
+                         typed)
+    elif typed and type(value) is not str and not _typed.plain(value):
+        return _encode_tagged(value, what, typed)  # an int or str enum: equal to its value
     return data, decoded
 
 
-def _error(path: str, bad: Any, why: str) -> SerializationError:
+def _encode_tagged(value: Any, what: str, typed: bool) -> tuple[bytes, Any]:
+    try:
+        data = orjson.dumps(tag(value, typed))
+    except Bad as bad:
+        raise _error(what + "".join(reversed(bad.path)), bad.obj, bad.why, typed) from None
+    try:
+        decoded = revive(orjson.loads(data))
+    except SerializationError as exc:
+        raise SerializationError(f"{what} would not read back: {exc}") from None
+    if decoded != value:
+        found = _typed.find_changed(value, decoded, what)
+        if found is not None:
+            raise _error(found[0], found[1], "it would read back as a different value", typed)
+    return data, decoded
+
+
+def _error(path: str, bad: Any, why: str, typed: bool) -> SerializationError:
+    kinds = ("JSON types (dict with str keys, list, str, int, finite float, bool, None)")
+    if typed:
+        kinds += (", pydantic models, dataclasses, datetime/date/time/timedelta, UUID, Decimal,"
+                  " enums or bytes")
     return SerializationError(
-        f"{path} has a value of type {type(bad).__name__!r} that is not JSON-serializable"
-        f" ({why}); state, updates and results must be JSON types (dict with str keys, list,"
-        f" str, int, finite float, bool, None)"
+        f"{path} has a value of type {type(bad).__name__!r} that is not serializable ({why});"
+        f" values here must be {kinds}"
     )
 
 
@@ -74,9 +128,14 @@ def _find_changed(value: Any, decoded: Any, path: str) -> tuple[str, Any] | None
 
 
 def loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """The value `data` holds; tagged objects read back as their types. Plain JSON (anything
+    an earlier release wrote) costs one substring test more than orjson.loads."""
     if isinstance(data, memoryview):
         data = bytes(data)
-    return orjson.loads(data)
+    value = orjson.loads(data)
+    if (MARK_TEXT in data) if isinstance(data, str) else (MARK_BYTES in data):
+        value = revive(value)
+    return value
 
 
 def digest(data: bytes) -> str:
