@@ -27,7 +27,8 @@ from .errors import SerializationError
 
 MARK = "__tether__"
 MARK_BYTES = b'"__tether__"'
-MARK_TEXT = '"__tether__"'
+PREFIX = b'{"__tether__"'  # how every stored document holding tagged values begins
+PREFIX_TEXT = PREFIX.decode()
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what orjson writes
 
 
@@ -306,6 +307,7 @@ _DECODERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "dataclass": _read_dataclass,
     "pydantic": _read_model,
     "dict": _read_dict,
+    "json": lambda v: revive(v["v"]),
 }
 
 
@@ -319,16 +321,14 @@ def plain(v: Any) -> bool:
     writes it as one: only its type tells them apart)."""
     t = type(v)
     if t is dict:
-        for x in v.values():
-            if type(x) not in _PLAIN and not plain(x):
-                return False
-        return True
-    if t is list or t is tuple:
-        for x in v:
-            if type(x) not in _PLAIN and not plain(x):
-                return False
-        return True
-    return t in _PLAIN
+        v = v.values()
+    elif t is not list and t is not tuple:
+        return t in _PLAIN
+    # A loop, not all(<generator>), which costs more: this runs for every journaled result.
+    for x in v:  # noqa: SIM110
+        if type(x) not in _PLAIN and not plain(x):
+            return False
+    return True
 
 
 # -- checking what reads back ----------------------------------------------------------------

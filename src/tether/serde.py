@@ -17,6 +17,12 @@ a documented and stable form (docs/reference.md, "Journal encoding"):
     {"__tether__": "uuid", "v": "hex"}, {"__tether__": "decimal", "v": "1.50"}
     {"__tether__": "bytes", "v": "base64"}
     {"__tether__": "dict", "v": {...}}   a user's dict that itself has the key "__tether__"
+    {"__tether__": "json", "v": ...}     JSON holding tagged values somewhere inside
+
+A stored document holds tagged objects only if it is one itself (it starts with the bytes
+`{"__tether__"`), so a reader tells plain JSON from tagged by its first bytes; inside a tagged
+document every dict keyed "__tether__" is a tag (a user's is escaped as "dict"), and a plain
+dict with that key at its top is escaped too.
 
 Anything else is refused with the path of the offending value and its type. Plain values take
 the same path as before typed values existed (one orjson dump, one load, one comparison); the
@@ -31,7 +37,7 @@ from typing import Any
 import orjson
 
 from . import _typed
-from ._typed import MARK, MARK_BYTES, MARK_TEXT, Bad, revive, tag
+from ._typed import MARK, MARK_BYTES, PREFIX, PREFIX_TEXT, Bad, revive, tag
 from .errors import SerializationError
 
 __all__ = ["MARK", "digest", "dumps", "encode", "loads"]
@@ -63,9 +69,8 @@ def encode(value: Any, what: str = "value", *, typed: bool = False) -> tuple[byt
             return _encode_tagged(value, what, typed)
         path, bad = _find_bad(value, what)
         raise _error(path, bad, str(exc), typed) from None
-    if MARK_BYTES in data:
-        # A user's dict keyed "__tether__" (or that text as a string): escape it, so that it
-        # is not read back as a tagged value.
+    if type(value) is dict and MARK in value:
+        # Escaped: a document starting with that key would read as a tagged value.
         return _encode_tagged(value, what, typed)
     decoded = orjson.loads(data)
     if decoded != value:
@@ -85,6 +90,8 @@ def _encode_tagged(value: Any, what: str, typed: bool) -> tuple[bytes, Any]:
         data = orjson.dumps(tag(value, typed))
     except Bad as bad:
         raise _error(what + "".join(reversed(bad.path)), bad.obj, bad.why, typed) from None
+    if not data.startswith(PREFIX) and MARK_BYTES in data:
+        data = b'{"__tether__":"json","v":' + data + b"}"
     try:
         decoded = revive(orjson.loads(data))
     except SerializationError as exc:
@@ -129,13 +136,13 @@ def _find_changed(value: Any, decoded: Any, path: str) -> tuple[str, Any] | None
 
 def loads(data: bytes | bytearray | memoryview | str) -> Any:
     """The value `data` holds; tagged objects read back as their types. Plain JSON (anything
-    an earlier release wrote) costs one substring test more than orjson.loads."""
-    if isinstance(data, memoryview):
-        data = bytes(data)
+    an earlier release wrote) costs a test of its first bytes more than orjson.loads."""
     value = orjson.loads(data)
-    if (MARK_TEXT in data) if isinstance(data, str) else (MARK_BYTES in data):
-        value = revive(value)
-    return value
+    if type(data) is bytes:
+        return revive(value) if data.startswith(PREFIX) else value
+    if isinstance(data, str):
+        return revive(value) if data.startswith(PREFIX_TEXT) else value
+    return revive(value) if bytes(data[:len(PREFIX)]) == PREFIX else value
 
 
 def digest(data: bytes) -> str:
