@@ -1,0 +1,71 @@
+"""Before/after pairs: one workload run alternately from two checkouts, back to back, so that
+the machine's drift (other processes, the disk) falls on both sides alike.
+
+    python -m bench.pairs --before /path/to/main/checkout --pairs 5 W2 sqlite 1000
+
+Each run is `python -m bench.workloads ARGS...` in a fresh process with PYTHONPATH set to that
+checkout's src/ (so one venv serves both), the order within a pair alternating. Prints every
+run's metrics plus its CPU time (user + system, from the process's rusage), then the median of
+each metric per side and after/before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+
+
+def run_once(checkout: Path, args: list[str]) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": f"{checkout / 'src'}{os.pathsep}{checkout}"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run([sys.executable, "-m", "bench.workloads", *args], cwd=checkout, env=env,
+                         capture_output=True, text=True, check=True).stdout
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    metrics = {}
+    for line in out.splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            metrics[row["metric"]] = float(row["value"])
+    metrics["cpu_s"] = round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 3)
+    return metrics
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.pairs")
+    parser.add_argument("--before", type=Path, required=True, help="the checkout to compare with")
+    parser.add_argument("--after", type=Path, default=HERE, help="default: this checkout")
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("workload", nargs=argparse.REMAINDER, help="arguments of bench.workloads")
+    args = parser.parse_args(argv)
+    if not args.workload:
+        parser.error("name a workload, e.g. W2 sqlite 1000")
+    for side in (args.before, args.after):
+        if not (side / "src" / "tether").is_dir():
+            parser.error(f"{side} is not a tether checkout")
+    sides: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    for i in range(args.pairs):
+        order = [("before", args.before), ("after", args.after)]
+        for name, checkout in order if i % 2 == 0 else order[::-1]:
+            metrics = run_once(checkout, args.workload)
+            sides[name].append(metrics)
+            print(f"pair {i + 1} {name:6} " + " ".join(f"{k}={v:g}" for k, v in metrics.items()),
+                  flush=True)
+    print(f"\nmedians over {args.pairs} pairs: {' '.join(args.workload)}")
+    for metric in sides["before"][0]:
+        b = statistics.median(m[metric] for m in sides["before"])
+        a = statistics.median(m[metric] for m in sides["after"])
+        ratio = f"{a / b:.3f}" if b else "-"
+        print(f"  {metric:28} before {b:12g}  after {a:12g}  after/before {ratio}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
