@@ -1,11 +1,15 @@
 """One benchmark workload in this process, as JSON lines: `python -m bench.workloads W1 sqlite`
-(see bench/README.md). The workloads are in the package: tether.bench."""
+(see bench/README.md). The workloads are in the package (tether.bench), but for M, which runs
+the checkout's examples/megaagent and so lives here (bench/mega.py)."""
 
 from __future__ import annotations
 
 import sys
 
-from tether.bench.workloads import main
+from tether.bench.workloads import USAGE, main
+
+from .mega import USAGE as M_USAGE
+from .mega import m_call
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(sys.argv[1:], {"M": m_call}, usage=f"{USAGE}\n  {M_USAGE.removeprefix('usage: ')}")

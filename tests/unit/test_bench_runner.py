@@ -8,11 +8,19 @@ import json
 from typing import Any
 
 import pytest
+from bench.run import CHECKOUT
 
-from tether.bench import mega, runner
+from tether.bench import runner
 from tether.bench.common import Result
 from tether.bench.report import anchor_results, check, compare, direction, rows
-from tether.bench.runner import Job, parse_backends, parse_systems, parse_workloads, plan
+from tether.bench.runner import (
+    Checkout,
+    Job,
+    parse_backends,
+    parse_systems,
+    parse_workloads,
+    plan,
+)
 from tether.errors import ConfigError
 
 
@@ -31,9 +39,11 @@ def test_parse_lists() -> None:
         parse_workloads(" , ")
 
 
-def parse(*argv: str, anchors_by_default: bool = False) -> argparse.Namespace:
+def parse(*argv: str, anchors_by_default: bool = False,
+          checkout: Checkout | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     runner.add_arguments(p, anchors_by_default=anchors_by_default)
+    p.set_defaults(checkout=checkout)
     return p.parse_args(argv)
 
 
@@ -147,26 +157,45 @@ def test_anchor_results_skip_non_numbers() -> None:
     assert index == {("langgraph", "sqlite", "W1", "k"): (3.0, "s")}
 
 
-def test_m_without_examples(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mega, "megaagent_run", lambda: None)
+def test_m_without_examples() -> None:
     args = parse("--backend", "sqlite", "--no-anchors")
     workloads, systems, notes = runner.resolve(args)
     assert "M" not in workloads and systems is None
-    assert notes == [f"M skipped: {mega.M_HINT}"]
+    assert notes == [f"M skipped: {runner.M_HINT}"]
     with pytest.raises(ConfigError, match=r"examples/megaagent/run\.py, which is not installed"):
         runner.resolve(parse("--backend", "sqlite", "--workloads", "W1,M"))
 
 
-def test_anchors_not_there(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner, "load_anchors", lambda: "no bench/anchors here")
+def test_the_checkout_runs_m_from_bench() -> None:
+    args = runner.parse(["--backend", "sqlite", "--workloads", "W1,M", "--no-anchors"],
+                        "python -m bench.run", CHECKOUT)
+    assert runner.resolve(args) == (["W1", "M"], None, [])
+    assert args.anchors_auto == ["langgraph", "dbos"]  # on by default in the checkout
+    jobs = plan(["sqlite"], ["W1", "M"], quick=True, m_timeout=60, checkout=CHECKOUT)
+    assert [j.argv()[1:] for j in jobs] == [
+        ["-m", "tether.bench.workloads", "W1", "sqlite"],
+        ["-m", "bench.workloads", "M", "sqlite", "100", "60"],
+        ["-m", "bench.workloads", "M", "sqlite", "1000", "60"]]
+
+
+def test_anchors_need_the_checkout() -> None:
+    _, systems, notes = runner.resolve(parse("--backend", "sqlite", "--workloads", "W1"))
+    assert systems is None and notes == []
+    with pytest.raises(ConfigError, match="--anchors: the anchors need a tether checkout"):
+        runner.resolve(parse("--backend", "sqlite", "--workloads", "W1", "--anchors"))
+
+
+def test_anchors_not_there() -> None:
+    checkout = Checkout("bench.workloads", ("M",), "no bench/anchors here")
     _, systems, notes = runner.resolve(parse("--backend", "sqlite", "--workloads", "W1",
-                                             anchors_by_default=True))
+                                             anchors_by_default=True, checkout=checkout))
     assert systems is None and notes == ["anchors skipped: no bench/anchors here"]
     with pytest.raises(ConfigError, match="--anchors: no bench/anchors here"):
-        runner.resolve(parse("--backend", "sqlite", "--workloads", "W1", "--anchors"))
+        runner.resolve(parse("--backend", "sqlite", "--workloads", "W1", "--anchors",
+                             checkout=checkout))
     # Workloads the anchors do not run: no anchors, nothing to say.
-    assert runner.resolve(parse("--backend", "sqlite", "--workloads", "L", "--anchors"))[1:] == (
-        None, [])
+    assert runner.resolve(parse("--backend", "sqlite", "--workloads", "L", "--anchors",
+                                checkout=checkout))[1:] == (None, [])
 
 
 def test_workload_arguments() -> None:
@@ -188,7 +217,7 @@ def test_bad_pg_url_and_timeout() -> None:
         runner._seconds("0")
 
 
-def test_call_anchors_streams_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_call_anchors_streams_rows() -> None:
     row = {"system": "dbos", "backend": "sqlite", "workload": "W3", "metric": "recovery_s",
            "value": 4.0, "unit": "s"}
     calls: list[tuple[Any, ...]] = []
@@ -208,13 +237,11 @@ def test_call_anchors_streams_rows(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for fn in (streaming, plain):
         shown: list[str] = []
-        monkeypatch.setattr(runner, "load_anchors", lambda fn=fn: fn)
-        assert runner.call_anchors(["dbos"], ["sqlite"], ["W3"], True, shown.append) == [row]
+        assert runner.call_anchors(fn, ["dbos"], ["sqlite"], ["W3"], True, shown.append) == [row]
         assert [json.loads(s) for s in shown] == [row]  # once, streamed or not
     assert calls == [(["dbos"], ["sqlite"], ["W3"], True)]
-    monkeypatch.setattr(runner, "load_anchors", lambda: failing)
     shown = []
-    out = runner.call_anchors(["dbos"], ["sqlite"], ["W3"], False, shown.append)
+    out = runner.call_anchors(failing, ["dbos"], ["sqlite"], ["W3"], False, shown.append)
     assert out == [{"system": "dbos", "error": "run_anchors failed: OSError('no disk')"}]
 
 

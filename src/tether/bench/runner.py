@@ -3,15 +3,17 @@
 
 Each workload runs in a fresh subprocess (`python -m tether.bench.workloads ...`), so peak RSS
 is that workload's alone. Results are printed as JSON lines (the shared WORKLOADS.md format)
-as they arrive, then as a table with the goal of each metric and whether it is met (and, from
-a checkout with bench/anchors, the LangGraph and DBOS figures beside tether's); the table can
-also be written to a markdown file.
+as they arrive, then as a table with the goal of each metric and whether it is met; the table
+can also be written to a markdown file.
+
+The package runs every workload but M. What needs a tether checkout (M runs
+examples/megaagent/run.py; the LangGraph and DBOS anchors of bench/anchors) is handed in by
+the checkout's bench/run.py as a `Checkout`: nothing here imports or reads the checkout.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import inspect
 import json
 import os
@@ -35,9 +37,28 @@ if TYPE_CHECKING:
 WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "E", "M", "L")
 SHARED = ("W1", "W2", "W3", "W4", "W5")  # the workloads the anchors run too (WORKLOADS.md)
 ANCHOR_SYSTEMS = ("langgraph", "dbos")
+PACKAGE_MODULE = "tether.bench.workloads"  # runs one workload per process (workloads.main)
+M_HINT = ("M runs examples/megaagent/run.py, which is not installed with tether: run it from a "
+          "tether checkout's root with python -m bench.run --workloads M (bench/README.md)")
+ANCHORS_HINT = ("the anchors need a tether checkout: run python -m bench.run from its root "
+                "(bench/README.md)")
 TIMEOUT_S = 900.0  # per workload process; the workloads give up sooner themselves
 M_TIMEOUT_S = 300.0  # default cap of one megaagent run (--timeout)
 M_GRACE_S = 120.0  # on top of it for the M process: setup, verification, dropping the database
+
+
+AnchorFn = Callable[..., list[dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Checkout:
+    """What a tether checkout adds (bench/run.py): `workloads` whose code is not in the package,
+    each run in its own process by `python -m <module> WORKLOAD BACKEND ...` from the
+    checkout's root, and the anchors' run_anchors (or why there is none)."""
+
+    module: str
+    workloads: tuple[str, ...]
+    anchors: AnchorFn | str
 
 
 @dataclass(slots=True)
@@ -50,14 +71,14 @@ class Job:
     results: list[Result] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    module: str = PACKAGE_MODULE
 
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", "tether.bench.workloads", self.workload, self.backend,
-                *self.args]
+        return [sys.executable, "-m", self.module, self.workload, self.backend, *self.args]
 
 
 def plan(backends: Sequence[str], workloads: Sequence[str], quick: bool,
-         m_timeout: float = M_TIMEOUT_S) -> list[Job]:
+         m_timeout: float = M_TIMEOUT_S, checkout: Checkout | None = None) -> list[Job]:
     jobs: list[Job] = []
     for backend in backends:
         for w in workloads:
@@ -84,6 +105,10 @@ def plan(backends: Sequence[str], workloads: Sequence[str], quick: bool,
                                     label=f"M {agents:,} agents", timeout=m_timeout + M_GRACE_S))
             elif w == "L":
                 jobs.append(Job(backend, "L", ("0.75" if quick else "2.0",), label="L"))
+    if checkout is not None:
+        for job in jobs:
+            if job.workload in checkout.workloads:
+                job.module = checkout.module
     return jobs
 
 
@@ -187,7 +212,7 @@ def add_arguments(p: argparse.ArgumentParser, *, anchors_by_default: bool) -> No
                    metavar="sqlite,postgres", help="stores to measure (default: both)")
     p.add_argument("--workloads", type=parse_workloads, default=None,
                    metavar=",".join(WORKLOADS), help="workloads to run, in this order "
-                   "(default: all; M only where the examples directory is)")
+                   "(default: all; M only from a checkout, with python -m bench.run)")
     p.add_argument("--quick", action="store_true",
                    help="smaller sizes: W2 and W5 with 1,000 runs, W4 with 5,000 jobs, E with "
                         "2,000 effects, M at 100 and 1,000 agents, shorter L measurements")
@@ -202,11 +227,23 @@ def add_arguments(p: argparse.ArgumentParser, *, anchors_by_default: bool) -> No
                    help="seconds one megaagent run (M) may take (default: %(default)g)")
     p.add_argument("--anchors", type=parse_systems, nargs="?", const=list(ANCHOR_SYSTEMS),
                    metavar="langgraph,dbos",
-                   help="also run the comparison anchors of bench/anchors (a tether checkout) "
-                        "and show their figures beside tether's"
+                   help="also run the comparison anchors of bench/anchors and show their "
+                        "figures beside tether's (python -m bench.run, in a tether checkout)"
                         + (" (the default here)" if anchors_by_default else ""))
     p.add_argument("--no-anchors", action="store_true", help="tether only")
-    p.set_defaults(anchors_auto=list(ANCHOR_SYSTEMS) if anchors_by_default else None)
+    p.set_defaults(anchors_auto=list(ANCHOR_SYSTEMS) if anchors_by_default else None,
+                   checkout=None)
+
+
+def parse(argv: Sequence[str], prog: str, checkout: Checkout | None = None,
+          default_out: Path | None = None) -> argparse.Namespace:
+    """The options of `prog` (exits 0 after --help, 2 on a bad option, as argparse does);
+    with a checkout, the anchors are on by default and its workloads can run."""
+    parser = argparse.ArgumentParser(prog=prog, description="Run tether's benchmark workloads "
+                                     "and print the results with their goals (bench/README.md).")
+    add_arguments(parser, anchors_by_default=checkout is not None)
+    parser.set_defaults(out=default_out, checkout=checkout)
+    return parser.parse_args(list(argv))
 
 
 # -- checks before anything runs -------------------------------------------------------------
@@ -228,33 +265,21 @@ def check_postgres(url: str) -> None:
                           ) from None
 
 
-AnchorFn = Callable[..., list[dict[str, Any]]]
-
-
-def load_anchors() -> AnchorFn | str:
-    """bench.anchors.run_anchors from the checkout in the current directory, or why not."""
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module("bench.anchors")
-    except ImportError as exc:
-        return (f"the anchors need a tether checkout with bench/anchors, run from its root "
-                f"({exc})")
-    fn = getattr(module, "run_anchors", None)
-    if not callable(fn):
-        return "bench/anchors has no run_anchors(systems, backends, workloads, quick) yet"
-    return fn  # type: ignore[no-any-return]
+def anchors_of(args: argparse.Namespace) -> AnchorFn | str:
+    """The checkout's run_anchors, or why there is none."""
+    checkout: Checkout | None = args.checkout
+    return checkout.anchors if checkout is not None else ANCHORS_HINT
 
 
 def resolve(args: argparse.Namespace) -> tuple[list[str], list[str] | None, list[str]]:
     """(workloads, anchor systems or None, notes): checks the environment before anything
     runs; ConfigError for what the user asked and cannot have."""
     from .common import pg_admin_url
-    from .mega import M_HINT, megaagent_run
 
     notes: list[str] = []
     workloads = list(args.workloads or WORKLOADS)
-    if "M" in workloads and megaagent_run() is None:
+    checkout: Checkout | None = args.checkout
+    if "M" in workloads and (checkout is None or "M" not in checkout.workloads):
         if args.workloads:
             raise ConfigError(M_HINT)
         workloads.remove("M")
@@ -263,7 +288,7 @@ def resolve(args: argparse.Namespace) -> tuple[list[str], list[str] | None, list
     if systems:
         if not any(w in SHARED for w in workloads):
             systems = None
-        elif isinstance(found := load_anchors(), str):
+        elif isinstance(found := anchors_of(args), str):
             if args.anchors:
                 raise ConfigError(f"--anchors: {found}")
             notes.append(f"anchors skipped: {found}")
@@ -298,7 +323,7 @@ def run(args: argparse.Namespace, prog: str = "tether bench",
     for note in notes:
         err.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
-    jobs = plan(args.backend, workloads, args.quick, args.timeout)
+    jobs = plan(args.backend, workloads, args.quick, args.timeout, args.checkout)
     anchors: list[dict[str, Any]] = []
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                MofNCompleteColumn(), TimeElapsedColumn())
@@ -328,7 +353,9 @@ def run(args: argparse.Namespace, prog: str = "tether bench",
             shared = [w for w in workloads if w in SHARED]
             task = progress.add_task(f"anchors: {','.join(systems)} on {','.join(shared)}",
                                      total=None)
-            anchors = call_anchors(systems, args.backend, shared, args.quick, show)
+            fn = anchors_of(args)
+            assert not isinstance(fn, str)  # resolve() dropped the anchors otherwise
+            anchors = call_anchors(fn, systems, args.backend, shared, args.quick, show)
             progress.remove_task(task)
             progress.advance(overall)
     extra = ratios(jobs)
@@ -349,14 +376,12 @@ def run(args: argparse.Namespace, prog: str = "tether bench",
     return 1 if any(j.error for j in jobs) else 0
 
 
-def call_anchors(systems: list[str], backends: list[str], workloads: list[str], quick: bool,
-                 show: Callable[[str], None]) -> list[dict[str, Any]]:
-    """bench.anchors.run_anchors, each line shown as it comes when it takes `on_row`; a
+def call_anchors(fn: AnchorFn, systems: list[str], backends: list[str], workloads: list[str],
+                 quick: bool, show: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The anchors' run_anchors, each line shown as it comes when it takes `on_row`; a
     failure becomes an error line per system."""
     from .report import anchor_line
 
-    fn = load_anchors()
-    assert not isinstance(fn, str)
     shown: list[Mapping[str, Any]] = []
 
     def on_row(d: Mapping[str, Any]) -> None:
@@ -390,14 +415,10 @@ def print_table(head: Sequence[str], table_rows: Sequence[Sequence[str]]) -> Non
     console.print(table)
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m bench.run",
+def main(argv: Sequence[str], prog: str, checkout: Checkout | None = None,
          default_out: Path | None = None) -> int:
-    """`python -m bench.run`: anchors included when bench/anchors is there."""
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0] if __doc__
-                                     else None)
-    add_arguments(parser, anchors_by_default=True)
-    parser.set_defaults(out=default_out)
-    args = parser.parse_args(argv)
+    """Parse `argv` and run; status 2 with one line for a ConfigError."""
+    args = parse(argv, prog, checkout, default_out)
     try:
         return run(args, prog, argv)
     except ConfigError as exc:

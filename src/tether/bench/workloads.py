@@ -1,5 +1,7 @@
 """One workload in this process, its results as JSON lines on stdout (the shared WORKLOADS.md
 format); the runner starts one such process per workload, so peak RSS is per workload.
+M (the megaagent example) is not in the package: a checkout runs it with
+`python -m bench.workloads M sqlite 1000 300`, which hands its own workloads to `main`.
 
     python -m tether.bench.workloads W1 sqlite
     python -m tether.bench.workloads W2 postgres 10000      # runs
@@ -7,14 +9,13 @@ format); the runner starts one such process per workload, so peak RSS is per wor
     python -m tether.bench.workloads W4 postgres 20000 4    # jobs, worker processes
     python -m tether.bench.workloads W5 sqlite 10000        # runs
     python -m tether.bench.workloads E postgres 10000       # effects
-    python -m tether.bench.workloads M sqlite 1000 300      # agents, timeout in seconds
     python -m tether.bench.workloads L postgres 2.0         # seconds per measurement
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from .. import eventloop
@@ -27,22 +28,27 @@ USAGE = """usage: python -m tether.bench.workloads WORKLOAD BACKEND [ARGS...]
   W4 sqlite|postgres [jobs] [workers]
   W5 sqlite|postgres [runs]
   E  sqlite|postgres [effects]
-  M  sqlite|postgres [agents] [timeout_s]
   L  sqlite|postgres [seconds]"""
 
+Workload = Callable[[str, list[str]], Coroutine[Any, Any, list[Result]]]
 
-def _number(text: str, kind: Callable[[str], float]) -> float:
+
+def number_arg(args: list[str], i: int, default: float, kind: Callable[[str], float] = int,
+               usage: str = USAGE) -> float:
+    """args[i] as a number (`default` if absent); SystemExit with the usage if it is not one."""
+    if len(args) <= i:
+        return default
     try:
-        return kind(text)
+        return kind(args[i])
     except ValueError:
-        raise SystemExit(f"{text!r} is not a number\n{USAGE}") from None
+        raise SystemExit(f"{args[i]!r} is not a number\n{usage}") from None
 
 
 def workload_call(workload: str, backend: str, args: list[str]) -> Coroutine[Any, Any, list[Result]]:
     """The coroutine that runs `workload` with its command-line arguments (SystemExit with
     the usage on bad ones)."""
     def arg(i: int, default: float, kind: Callable[[str], float] = int) -> float:
-        return _number(args[i], kind) if len(args) > i else default
+        return number_arg(args, i, default, kind)
 
     if workload == "W1":
         from .checkpoint import w1
@@ -71,10 +77,6 @@ def workload_call(workload: str, backend: str, args: list[str]) -> Coroutine[Any
         from .effects import e_workload
 
         return e_workload(backend, int(arg(0, 10000)))
-    if workload == "M":
-        from .mega import mega
-
-        return mega(backend, int(arg(0, 1000)), arg(1, 300.0, float))
     if workload == "L":
         from .limits import limits
 
@@ -82,10 +84,14 @@ def workload_call(workload: str, backend: str, args: list[str]) -> Coroutine[Any
     raise SystemExit(f"unknown workload {workload!r}\n{USAGE}")
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str], more: Mapping[str, Workload] | None = None,
+         usage: str = USAGE) -> None:
+    """Run argv's workload (`more`: a checkout's own, by name) and print its result lines."""
     if len(argv) < 2 or argv[1] not in BACKENDS:
-        raise SystemExit(USAGE)
-    call = workload_call(argv[0].upper(), argv[1], argv[2:])
+        raise SystemExit(usage)
+    name = argv[0].upper()
+    own = more.get(name) if more else None
+    call = own(argv[1], argv[2:]) if own else workload_call(name, argv[1], argv[2:])
     try:
         results = eventloop.run(call)
     except PartialFailure as exc:

@@ -1,8 +1,7 @@
 """M: the megaagent example (examples/megaagent/run.py) at 100, 1,000 and 10,000 agents.
 
-The example is not part of the installed package: M needs a tether checkout (or a copy of its
-examples/ directory). `megaagent_run()` finds run.py in $TETHER_EXAMPLES, ./examples, or the
-checkout this package was imported from; the runner says so plainly when it is missing.
+The example is not part of the installed package, so M lives here in the checkout, beside
+it: `python -m bench.workloads M sqlite 1000 300` runs it, `python -m bench.run` plans it.
 """
 
 from __future__ import annotations
@@ -10,33 +9,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
-import os
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
-from .common import Result, bench_db, pg_bytes, run_counts, suffix
+from tether.bench.common import Result, bench_db, pg_bytes, run_counts, suffix
+from tether.bench.workloads import number_arg
 
-M_HINT = ("M runs examples/megaagent/run.py, which is not installed with tether: run from a "
-          "tether checkout (or set TETHER_EXAMPLES to its examples/ directory)")
+RUN_PY = Path(__file__).resolve().parents[1] / "examples" / "megaagent" / "run.py"
+USAGE = "usage: python -m bench.workloads M sqlite|postgres [agents] [timeout_s]"
 
 
-def megaagent_run() -> Path | None:
-    """examples/megaagent/run.py: in $TETHER_EXAMPLES, ./examples, or the source checkout
-    beside src/tether (an editable install); None when there is none."""
-    roots = [Path(os.environ["TETHER_EXAMPLES"])] if os.environ.get("TETHER_EXAMPLES") else []
-    roots += [Path.cwd() / "examples", Path(__file__).resolve().parents[3] / "examples"]
-    for root in roots:
-        path = root / "megaagent" / "run.py"
-        if path.is_file():
-            return path
-    return None
+def m_call(backend: str, args: list[str]) -> Coroutine[Any, Any, list[Result]]:
+    """M with its command-line arguments: agents (default 1,000), timeout in seconds (300)."""
+    agents = int(number_arg(args, 0, 1000, int, USAGE))
+    return mega(backend, agents, number_arg(args, 1, 300.0, float, USAGE))
+
 
 async def mega(backend: str, agents: int, timeout: float) -> list[Result]:
     """examples/megaagent/run.py's main (one in-process worker, verifies every result was
     counted once) on a fresh database; gives up after `timeout` seconds."""
-    path = megaagent_run()
-    if path is None:
-        raise RuntimeError(M_HINT)
+    path = RUN_PY
     spec = importlib.util.spec_from_file_location("megaagent_run", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

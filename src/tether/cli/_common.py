@@ -1,0 +1,149 @@
+"""What every command shares: the --db/--app/--verbose/--json options, loading the user's
+Runtime, running a command's coroutine with tether's errors as a message and exit status 2,
+and the value types of the options."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import click
+import orjson
+
+from .. import eventloop
+from ..config import default_db
+from ..errors import AppImportError, ConfigError, TetherError
+from ..runtime import Runtime
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Usage errors (a bad option) exit with click's 2, as tether's own errors do.
+USER_ERROR = 2
+
+
+def load_app(target: str) -> Runtime:
+    """Import `module:attr` (attr a Runtime, or a zero-argument callable returning one)."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise AppImportError(f"--app must look like module:attribute, got {target!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise AppImportError(f"cannot import module {module_name!r} for --app: {exc!r}") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise AppImportError(f"module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if callable(obj) and not isinstance(obj, Runtime):
+        try:
+            obj = obj()
+        except TetherError:
+            raise
+        except Exception as exc:
+            raise AppImportError(
+                f"--app {target}: calling it (with no arguments) to get the Runtime failed: "
+                f"{exc!r}") from exc
+    if not isinstance(obj, Runtime):
+        raise AppImportError(f"{target} is a {type(obj).__name__}, not a tether.Runtime")
+    return obj
+
+
+def runtime_for(db: str | None, app: str | None, need_app: bool = False) -> Runtime:
+    """The Runtime a command works on: --app's (on --db if given, else on the app's own URL
+    unless $TETHER_DB names another), or a plain one on --db / $TETHER_DB."""
+    url = db or default_db()
+    if app:
+        rt = load_app(app)
+        if db or rt.db_url != url:
+            rt = rt.with_db(db if db else rt.db_url)
+        return rt
+    if need_app:
+        raise ConfigError("this command needs --app module:attr naming your tether.Runtime")
+    return Runtime(url)
+
+
+def run(main: Coroutine[Any, Any, int], verbose: bool = False) -> int:
+    """Run a command's coroutine on tether's event loop; a TetherError is one line on stderr
+    and exit status 2, never a traceback."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return eventloop.run(main)
+    except TetherError as exc:
+        print(f"tether: error: {exc}", file=sys.stderr)
+        return USER_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+def dump(obj: Any) -> None:
+    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+# -- options ----------------------------------------------------------------------------------
+
+
+def connection_options(f: F) -> F:
+    """--db, --app and --verbose: on every command that opens the database."""
+    f = click.option("-v", "--verbose", is_flag=True, help="log at INFO level")(f)
+    f = click.option("--app", metavar="MODULE:ATTR", help="module:attr of your tether.Runtime")(f)
+    f = click.option("--db", metavar="URL",
+                     help="database URL (default: $TETHER_DB, else sqlite:///tether.db)")(f)
+    return f
+
+
+def json_option(f: F) -> F:
+    """--json: on every command that prints what it read or did."""
+    return click.option("--json", "as_json", is_flag=True, help="print JSON")(f)
+
+
+class Bounded(click.ParamType[float]):
+    """`kind(text)` (int or float) within [low, high] (above `low` when `strict`)."""
+
+    def __init__(self, kind: Callable[[str], float], what: str, low: float,
+                 high: float | None = None, *, strict: bool = False, metavar: str = "N") -> None:
+        self.kind = kind
+        self.what = what
+        self.low = low
+        self.high = high
+        self.strict = strict
+        self.name = what
+        self._metavar = metavar
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return self._metavar
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> float:
+        if isinstance(value, (int, float)):
+            return value  # a default, already of its kind
+        try:
+            number = self.kind(value)
+        except ValueError:
+            self.fail(f"{value!r} is not {self.what}", param, ctx)
+        if (number < self.low or (self.strict and number == self.low)
+                or (self.high is not None and number > self.high)):
+            bound = f"> {self.low}" if self.strict else f">= {self.low}"
+            if self.high is not None:
+                bound = f"within {self.low}..{self.high}"
+            self.fail(f"must be {bound}, got {number}", param, ctx)
+        return number
+
+
+POSITIVE_INT = Bounded(int, "an integer", 1)
+NON_NEGATIVE_INT = Bounded(int, "an integer", 0)
+PORT = Bounded(int, "a port number", 0, 65535, metavar="PORT")
+POSITIVE_FLOAT = Bounded(float, "a number", 0.0, strict=True, metavar="SECONDS")

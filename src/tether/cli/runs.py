@@ -1,0 +1,269 @@
+"""`tether runs ...` (start, list, show, resume, cancel, fork), `tether checkpoints` and
+`tether interrupts`: a run's life and what it left."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import orjson
+
+from ..errors import ConfigError
+from ..runtime import Checkpoint, Interrupt, Run
+from ._common import (
+    NON_NEGATIVE_INT,
+    POSITIVE_FLOAT,
+    POSITIVE_INT,
+    connection_options,
+    console,
+    dump,
+    json_option,
+    run,
+    runtime_for,
+)
+from ._root import cli
+
+
+@cli.group("runs", help="start, list and inspect runs")
+def runs() -> None:
+    pass
+
+
+@runs.command("start", help="start a run")
+@click.argument("agent")
+@click.option("--input", "input_", metavar="JSON", help="JSON object: the run's initial state")
+@click.option("--thread-id", help="the run's thread_id (default: a new one)")
+@click.option("--idempotency-key", help="a second start with the same key returns the same run")
+@click.option("--wait", type=POSITIVE_FLOAT, metavar="SECONDS",
+              help="wait for the run to finish (needs a worker running)")
+@connection_options
+@json_option
+def start(agent: str, input_: str | None, thread_id: str | None, idempotency_key: str | None,
+          wait: float | None, db: str | None, app: str | None, verbose: bool,
+          as_json: bool) -> int:
+    async def main() -> int:
+        rt = runtime_for(db, app, need_app=True)
+        try:
+            data = orjson.loads(input_) if input_ else {}
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(f"--input is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError("--input must be a JSON object")
+        try:
+            r = await rt.start(agent, data, thread_id=thread_id, idempotency_key=idempotency_key)
+            if wait:
+                r = await rt.wait(r.thread_id, timeout=wait)
+        finally:
+            await rt.close()
+        if as_json:
+            dump(r.to_dict())
+        else:
+            print(f"{r.thread_id} {r.status.value}")
+        return 0
+
+    return run(main(), verbose)
+
+
+@runs.command("list", help="list runs, newest first")
+@click.option("--status", help="only runs in this status (queued, running, waiting, ...)")
+@click.option("--agent", help="only runs of this agent")
+@click.option("--limit", type=POSITIVE_INT, default=50, show_default=True,
+              help="at most this many runs")
+@connection_options
+@json_option
+def list_(status: str | None, agent: str | None, limit: int, db: str | None, app: str | None,
+          verbose: bool, as_json: bool) -> int:
+    async def main() -> int:
+        rt = runtime_for(db, app)
+        try:
+            found = await rt.list_runs(status=status, agent=agent, limit=limit, inbox=True)
+        finally:
+            await rt.close()
+        if as_json:
+            dump([{k: v for k, v in r.to_dict().items() if k != "state"} for r in found])
+            return 0
+        from rich.table import Table
+
+        table = Table("thread_id", "agent", "status", "actor", "inbox", "step", "node",
+                      "version", "attempt", "error")
+        for r in found:
+            table.add_row(r.thread_id, r.agent, r.status.value, r.actor_state or "",
+                          str(r.inbox_depth or 0), str(r.step), r.node or "", r.version,
+                          str(r.attempt), str(r.error or ""))
+        console().print(table)
+        return 0
+
+    return run(main(), verbose)
+
+
+@runs.command("show", help="show one run and its state")
+@click.argument("thread_id")
+@connection_options
+@json_option
+def show(thread_id: str, db: str | None, app: str | None, verbose: bool, as_json: bool) -> int:
+    async def main() -> int:
+        rt = runtime_for(db, app)
+        try:
+            r = await rt.get(thread_id)
+        finally:
+            await rt.close()
+        if as_json:
+            dump(r.to_dict())
+        else:
+            _print_run(r)
+        return 0
+
+    return run(main(), verbose)
+
+
+def _print_run(r: Run) -> None:
+    con = console()
+    con.print(f"[bold]{r.thread_id}[/bold]  agent={r.agent} status={r.status.value} "
+              f"step={r.step} node={r.node} version={r.version} attempt={r.attempt}")
+    if r.error:
+        con.print(f"[red]error:[/red] {r.error}")
+        con.print(r.error.traceback, markup=False, highlight=False)
+    con.print_json(orjson.dumps(r.state).decode())
+
+
+@runs.command("resume", help="answer a run's pending interrupt (exactly once)")
+@click.argument("thread_id")
+@click.option("--value", required=True, metavar="JSON",
+              help="the answer, as JSON (e.g. true, '\"yes\"')")
+@click.option("--interrupt-id", help="which interrupt (default: the pending one)")
+@connection_options
+@json_option
+def resume(thread_id: str, value: str, interrupt_id: str | None, db: str | None,
+           app: str | None, verbose: bool, as_json: bool) -> int:
+    async def main() -> int:
+        rt = runtime_for(db, app)
+        try:
+            answer = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(f"--value is not valid JSON: {exc}") from None
+        try:
+            answered = await rt.resume(thread_id, answer, interrupt_id=interrupt_id)
+        finally:
+            await rt.close()
+        if as_json:
+            dump(answered.to_dict())
+        else:
+            print(f"resumed {answered.thread_id}: interrupt {answered.id} answered")
+        return 0
+
+    return run(main(), verbose)
+
+
+@runs.command("cancel", help="cancel a run now")
+@click.argument("thread_id")
+@connection_options
+@json_option
+def cancel(thread_id: str, db: str | None, app: str | None, verbose: bool,
+           as_json: bool) -> int:
+    async def main() -> int:
+        rt = runtime_for(db, app)
+        try:
+            r = await rt.cancel(thread_id)
+        finally:
+            await rt.close()
+        if as_json:
+            dump(r.to_dict())
+        else:
+            print(f"{r.thread_id} {r.status.value}")
+        return 0
+
+    return run(main(), verbose)
+
+
+@runs.command("fork", help="start a new run from the state after a step of this one")
+@click.argument("thread_id")
+@click.option("--step", type=NON_NEGATIVE_INT, required=True,
+              help="the step whose state the new run starts from")
+@click.option("--thread-id", "new_thread_id", help="the new run's thread_id")
+@connection_options
+@json_option
+def fork(thread_id: str, step: int, new_thread_id: str | None, db: str | None,
+         app: str | None, verbose: bool, as_json: bool) -> int:
+    async def main() -> int:
+        rt = runtime_for(db, app, need_app=True)
+        try:
+            r = await rt.fork(thread_id, step, new_thread_id=new_thread_id)
+        finally:
+            await rt.close()
+        if as_json:
+            dump(r.to_dict())
+        else:
+            print(f"{r.thread_id} {r.status.value} (forked from {thread_id} at step {step})")
+        return 0
+
+    return run(main(), verbose)
+
+
+@cli.command("checkpoints", help="a run's checkpoint log")
+@click.argument("thread_id")
+@click.option("--state", is_flag=True, help="include the state after each step")
+@connection_options
+@json_option
+def checkpoints(thread_id: str, state: bool, db: str | None, app: str | None, verbose: bool,
+                as_json: bool) -> int:
+    async def main() -> int:
+        rt = runtime_for(db, app)
+        try:
+            cps = await rt.checkpoints(thread_id)
+        finally:
+            await rt.close()
+        if as_json:
+            dump([_cp_dict(cp, state) for cp in cps])
+            return 0
+        from rich.table import Table
+
+        table = Table("step", "node", "next", "kind", "worker", "attempt", "ms", "state keys")
+        for cp in cps:
+            table.add_row(str(cp.step), cp.node, cp.next_node or "-", cp.kind, cp.worker,
+                          str(cp.attempt), f"{cp.duration * 1000:.1f}", ",".join(cp.state))
+        console().print(table)
+        return 0
+
+    return run(main(), verbose)
+
+
+def _cp_dict(cp: Checkpoint, with_state: bool) -> dict[str, Any]:
+    d = cp.to_dict()
+    if not with_state:
+        d.pop("state")
+    return d
+
+
+@cli.command("interrupts", help="interrupts waiting for a person's answer")
+@click.option("--thread-id", help="only this run's interrupts")
+@click.option("--all", "show_all", is_flag=True, help="answered ones too")
+@click.option("--limit", type=POSITIVE_INT, default=100, show_default=True,
+              help="at most this many interrupts")
+@connection_options
+@json_option
+def interrupts(thread_id: str | None, show_all: bool, limit: int, db: str | None,
+               app: str | None, verbose: bool, as_json: bool) -> int:
+    async def main() -> int:
+        rt = runtime_for(db, app)
+        try:
+            pending = await rt.interrupts(thread_id=thread_id,
+                                          status=None if show_all else "pending", limit=limit)
+        finally:
+            await rt.close()
+        if as_json:
+            dump([i.to_dict() for i in pending])
+        else:
+            _print_interrupts(pending)
+        return 0
+
+    return run(main(), verbose)
+
+
+def _print_interrupts(items: list[Interrupt]) -> None:
+    from rich.table import Table
+
+    table = Table("id", "thread_id", "step", "status", "payload", "value")
+    for i in items:
+        table.add_row(i.id, i.thread_id, str(i.step), i.status, orjson.dumps(i.payload).decode(),
+                      "" if i.status == "pending" else orjson.dumps(i.value).decode())
+    console().print(table)
