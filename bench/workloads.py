@@ -8,8 +8,10 @@ import sys
 
 from tether.bench.workloads import USAGE, main
 
-from .mega import USAGE as M_USAGE
 from .mega import m_call
 
+CHECKOUT_USAGE = (USAGE.replace("python -m tether.bench.workloads", "python -m bench.workloads")
+                  + "\n  M  sqlite|postgres [agents] [timeout_s]")
+
 if __name__ == "__main__":
-    main(sys.argv[1:], {"M": m_call}, usage=f"{USAGE}\n  {M_USAGE.removeprefix('usage: ')}")
+    main(sys.argv[1:], {"M": m_call}, usage=CHECKOUT_USAGE)
