@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from tether.store.pg_io import _rollback
+from tether.store.pg_conn import rollback
 
 
 async def test_rollback_ends_the_transaction_and_releases_its_locks(pg_url: str) -> None:
@@ -16,7 +16,7 @@ async def test_rollback_ends_the_transaction_and_releases_its_locks(pg_url: str)
         await a.execute("INSERT INTO probe VALUES (1)")
         await a.execute("BEGIN")
         await a.execute("SELECT id FROM probe FOR UPDATE")
-        await _rollback(a)
+        await rollback(a)
         assert not a.closed and a.info.transaction_status == TransactionStatus.IDLE
         # The row lock is gone: another session takes it at once.
         await b.execute("SET lock_timeout = '1s'")
@@ -30,7 +30,7 @@ async def test_rollback_outside_a_transaction_keeps_the_connection_usable(pg_url
                                                      prepare_threshold=0) as conn:
         for _ in range(3):  # prepared at once (threshold 0)
             await conn.execute("SELECT %s::int", (1,))
-        await _rollback(conn)
+        await rollback(conn)
         assert not conn.closed
         assert await (await conn.execute("SELECT %s::int", (2,))).fetchone() == (2,)
 
@@ -38,5 +38,5 @@ async def test_rollback_outside_a_transaction_keeps_the_connection_usable(pg_url
 async def test_rollback_of_a_closed_connection_does_nothing(pg_url: str) -> None:
     conn = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
     await conn.close()
-    await _rollback(conn)
+    await rollback(conn)
     assert conn.closed

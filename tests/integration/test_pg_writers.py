@@ -58,7 +58,7 @@ async def test_a_pool_of_two_keeps_one_writer_and_reads_still_run(pg_url: str) -
     store = PostgresStore(pg_url + "?pool_max=2")
     await store.open()
     try:
-        assert len(store._writers) == 1
+        assert len(store._committer.writers) == 1
         stuck, other = await _leased(store, ["r1", "r2"])
         async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as locker:
             await locker.execute("BEGIN")

@@ -1,4 +1,7 @@
-"""Postgres group commit: the writers behind commit_step, record_call and create_run.
+"""Postgres group commit (GroupCommitter): the writers behind PostgresStore's one-statement
+writes (commit_step, record_call, create_run, park_run, resume_interrupt), given the
+connections part (pg_conn.py) and owned by the store; and DoneMarks, the effects' done marks
+coalesced into one statement the same way.
 
 Group commit: the writers' statements are fenced single statements. One that finds a writer
 idle runs at once, in the caller's task (the sequential case pays nothing for batching).
@@ -16,57 +19,124 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from operator import itemgetter
-from typing import Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 import psycopg
 from psycopg.rows import TupleRow
 
 from ..errors import StoreError
-from .pg_io import (
-    _BEGIN,
-    _MAX_BATCH,
-    _TX_ATTEMPTS,
-    Bulk,
+from .base import EffectRecord
+from .pg_conn import (
+    BEGIN,
+    MAX_BATCH,
+    TX_ATTEMPTS,
     Conn,
     Params,
-    PgIO,
-    _is_disconnect,
-    _Job,
-    _retryable,
-    _rollback,
-    _Writer,
+    PgConnections,
+    is_disconnect,
+    retryable,
+    rollback,
 )
 
 log = logging.getLogger("tether.store.postgres")
 
+WRITERS: Final = 2  # writer connections: a group commit is sent while another is at the server
+# (query, params, thread_id, future of the statement's first row: None = the fence failed)
+_Job = tuple[bytes, Params, str, "asyncio.Future[TupleRow | None]"]
 
-class PgCommitter(PgIO):
+
+class _Writer:
+    """One writer connection of the group commit and its state."""
+
+    __slots__ = ("busy", "conn", "cursor", "lost")
+
+    def __init__(self) -> None:
+        self.conn: Conn | None = None
+        self.cursor: psycopg.AsyncCursor[TupleRow] | None = None
+        self.lost = False  # its connection failed: replace it before the next write
+        self.busy = False  # a write or a group commit is on it
+
+
+class GroupCommitter:
     """The writers: pooled connections, their statements group-committed by committer tasks
     (one per writer connection), so one group commit can be built and sent while another is
     at the server. Batches in flight together touch different runs: a run's writes are
-    awaited one after another."""
+    awaited one after another.
+
+    Interface: start() once the pool is open; write() from any task; close() before the
+    pool closes (the writers' connections go back to it)."""
+
+    def __init__(self, conns: PgConnections) -> None:
+        self._conns = conns
+        self._q = q = conns.q
+        # query -> its multi-row form: the statement, the key of a job's params, whether a
+        # group fits it, and the key of a row it returns (None: rows are keys; each job whose
+        # key came back gets _OK) or, given, each job gets the row with its key.
+        self._bulk: dict[bytes, Bulk] = {
+            q["commit_step"]: Bulk(q["commit_steps"], _thread_key, _distinct_runs,
+                                   itemgetter(0)),  # commit_step's row: (thread_id, updated_at)
+            q["insert_journal"]: Bulk(q["insert_journals"], _journal_key, _always),
+            q["create_run"]: Bulk(q["create_runs"], _thread_key, _fresh_leased_runs,
+                                  itemgetter(1)),  # create_run's row: (created, thread_id, ...)
+        }
+        self._accepting = False  # writes are taken (the committers run)
+        # Keep one connection of the pool for everything else.
+        self.writers = [_Writer() for _ in range(min(WRITERS, conns.max_size - 1))]
+        self._queue: deque[_Job] = deque()
+        self._wake = asyncio.Event()
+        self._committers: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._accepting = True
+        self._wake.clear()
+        for i, writer in enumerate(self.writers):
+            writer.lost = False
+            self._committers.append(asyncio.create_task(
+                self._commit_loop(writer), name=f"tether-pg-committer-{i}"))
+
+    async def close(self) -> None:
+        """Finish what was submitted (or fail it, after the pool timeout), then give the
+        writers' connections back to the pool."""
+        committers, self._committers = self._committers, []
+        self._accepting = False
+        if committers:
+            self._wake.set()  # the committers finish what was submitted, then stop
+            _, pending = await asyncio.wait(committers, timeout=self._conns.pool_timeout)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        if not self._conns.is_open:
+            return
+        pool = self._conns.pool()
+        for writer in self.writers:
+            commit_conn, writer.conn, writer.cursor = writer.conn, None, None
+            if commit_conn is not None:
+                with contextlib.suppress(psycopg.Error, OSError):
+                    await pool.putconn(commit_conn)
 
     def _lost(self, writer: _Writer, exc: psycopg.Error) -> StoreError:
-        """_error() for a writer: a lost connection is replaced before its next write (after
+        """error() for a writer: a lost connection is replaced before its next write (after
         some errors, e.g. an admin shutdown, it does not look closed yet)."""
-        if _is_disconnect(exc):
+        if is_disconnect(exc):
             writer.lost = True
             writer.cursor = None
-            self._heal()
-        return self._error(exc)
+            self._conns.heal()
+        return self._conns.error(exc)
 
     # -- the committers --------------------------------------------------------------------
 
     def _idle_writer(self) -> _Writer | None:
-        for writer in self._writers:
+        for writer in self.writers:
             if not writer.busy:
                 return writer
         return None
 
-    async def _write(self, query: bytes, params: Params, thread_id: str) -> TupleRow | None:
+    async def write(self, query: bytes, params: Params, thread_id: str) -> TupleRow | None:
         """Run one write statement on a writer; its first row (None: it returned none,
         e.g. a fenced write whose epoch moved)."""
         if not self._accepting:
@@ -98,7 +168,7 @@ class PgCommitter(PgIO):
             while True:
                 await wake.wait()
                 while queue and not writer.busy:
-                    batch = [queue.popleft() for _ in range(min(len(queue), _MAX_BATCH))]
+                    batch = [queue.popleft() for _ in range(min(len(queue), MAX_BATCH))]
                     writer.busy = True
                     try:
                         if len(batch) == 1:
@@ -124,7 +194,7 @@ class PgCommitter(PgIO):
             queue.clear()
 
     async def _new_cursor(self, writer: _Writer) -> psycopg.AsyncCursor[TupleRow]:
-        pool = self._need_pool()
+        pool = self._conns.pool()
         conn, writer.conn, writer.cursor = writer.conn, None, None
         if conn is not None and (conn.closed or writer.lost):
             writer.lost = False
@@ -132,7 +202,7 @@ class PgCommitter(PgIO):
                 await conn.close()
             await pool.putconn(conn)  # closed: the pool discards it and opens another
             conn = None
-            await pool.check()  # see _fetchall
+            await pool.check()  # see PgConnections.fetchall
         if conn is None:
             conn = await pool.getconn()
         writer.conn = conn
@@ -143,7 +213,7 @@ class PgCommitter(PgIO):
                            ) -> TupleRow | None:
         """One statement on a writer's connection (autocommit); its first row. A deadlock
         victim wrote nothing, so it runs again (a few times)."""
-        for attempt in range(1, _TX_ATTEMPTS + 1):
+        for attempt in range(1, TX_ATTEMPTS + 1):
             try:
                 cur = writer.cursor
                 if cur is None or cur.closed or cur.connection.closed:
@@ -151,7 +221,7 @@ class PgCommitter(PgIO):
                 await cur.execute(query, params)
                 return await cur.fetchone()
             except psycopg.Error as exc:
-                if not _retryable(exc) or attempt == _TX_ATTEMPTS:
+                if not retryable(exc) or attempt == TX_ATTEMPTS:
                     raise
         raise AssertionError("unreachable")
 
@@ -172,10 +242,6 @@ class PgCommitter(PgIO):
         groups: dict[bytes, list[int]] = {}
         for i, job in enumerate(batch):
             groups.setdefault(job[0], []).append(i)
-        stats = self._stats
-        stats["batches"] += 1
-        stats["batched_writes"] += len(batch)
-        stats["largest_batch"] = max(stats["largest_batch"], len(batch))
         firsts: list[TupleRow | None] = [None] * len(batch)
         try:
             if writer.cursor is None or writer.cursor.connection.closed:
@@ -185,17 +251,16 @@ class PgCommitter(PgIO):
             try:
                 plan = await self._send_batch(conn, batch, groups)
             except BaseException:
-                await _rollback(conn)
+                await rollback(conn)
                 raise
         except psycopg.Error as exc:
-            if _is_disconnect(exc):
+            if is_disconnect(exc):
                 # The outcome is unknown: re-running could commit twice. Report it to all.
                 for job in batch:
                     _fail(job[3], self._lost(writer, exc))
                 return
-            stats["batch_retries"] += 1
             log.debug("group commit of %d writes failed (%s); retrying them one by one",
-                      len(batch), self._message(exc))
+                      len(batch), self._conns.message(exc))
             for job in batch:
                 await self._commit_one(writer, job)
             return
@@ -232,7 +297,7 @@ class PgCommitter(PgIO):
         try:
             async with conn.pipeline():
                 try:
-                    await conn.execute(_BEGIN)
+                    await conn.execute(BEGIN)
                     ids = orjson.dumps(sorted({job[2] for job in batch})).decode()
                     await conn.execute(self._q["lock_batch"], {"ids": ids})
                     for query, members in groups.items():
@@ -256,10 +321,6 @@ class PgCommitter(PgIO):
         if failure is not None:  # (the pipeline's exit then only says "pipeline aborted")
             raise failure
         return plan
-
-    def statistics(self) -> dict[str, int]:
-        """Group commit counters: batches, batched_writes, largest_batch, batch_retries."""
-        return dict(self._stats)
 
 
 def _json_rows(seq: list[Params]) -> str | None:
@@ -295,3 +356,78 @@ def _done(fut: asyncio.Future[TupleRow | None], value: TupleRow | None) -> None:
 def _fail(fut: asyncio.Future[TupleRow | None], error: StoreError) -> None:
     if not fut.done():
         fut.set_exception(error)
+
+
+# A job's key and its row's key (C getters: they run once per write of every group commit).
+_Key = Callable[[Params], Any]
+_thread_key: Final[_Key] = itemgetter("thread_id")
+_journal_key: Final[_Key] = itemgetter("thread_id", "step", "idx")  # = insert_journals' row
+
+
+def _distinct_runs(seq: list[Params]) -> bool:
+    """commit_steps moves each run once: two commits of one run go one by one instead."""
+    return len({p["thread_id"] for p in seq}) == len(seq)
+
+
+def _always(seq: list[Params]) -> bool:
+    return True
+
+
+def _fresh_leased_runs(seq: list[Params]) -> bool:
+    """create_runs takes runs leased to a local worker without idempotency key, once each."""
+    return (all(p["lease_owner"] is not None and p["idempotency_key"] is None for p in seq)
+            and _distinct_runs(seq))
+
+
+class Bulk(NamedTuple):
+    query: bytes
+    key: _Key
+    fits: Callable[[list[Params]], bool]
+    row_key: Callable[[TupleRow], Any] | None = None
+
+
+_Mark = tuple[EffectRecord, bytes, "asyncio.Future[bool]"]
+_MarkBatch = Callable[[Sequence[tuple[EffectRecord, bytes]]], Awaitable[list[bool]]]
+
+
+class DoneMarks:
+    """Done marks (complete_effect) coalesced: the marks of one event-loop iteration, or made
+    while a batch of them is written, go together in the next call of `write_batch`
+    (complete_effects: one statement for up to `batch` marks). Each caller gets its own
+    row's answer, or the error of its batch."""
+
+    def __init__(self, write_batch: _MarkBatch, batch: int) -> None:
+        self._write_batch = write_batch
+        self._batch = batch
+        self._queue: deque[_Mark] = deque()
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def mark(self, effect: EffectRecord, result: bytes) -> bool:
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue.append((effect, result, fut))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name="tether-pg-effects-done")
+        return await fut
+
+    async def _flush(self) -> None:
+        queue = self._queue
+        batch: list[_Mark] = []
+        try:
+            while queue:
+                batch = [queue.popleft() for _ in range(min(len(queue), self._batch))]
+                try:
+                    done = await self._write_batch([(e, r) for e, r, _ in batch])
+                except Exception as exc:
+                    for _, _, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    continue
+                for (_, _, fut), ok in zip(batch, done, strict=True):
+                    if not fut.done():
+                        fut.set_result(ok)
+            batch = []
+        finally:  # cancelled: nobody is left waiting for an answer
+            for _, _, fut in [*batch, *queue]:
+                if not fut.done():
+                    fut.set_exception(StoreError("the store stopped before the done mark"))
+            queue.clear()

@@ -1,18 +1,14 @@
-"""Postgres connection plumbing: the pool, error translation, coalesced reads, transactions and
-the LISTEN/NOTIFY listener, beneath PostgresStore (postgres.py); the group-commit writer is in
-pg_commit.py.
+"""Postgres connections, beneath PostgresStore (postgres.py): the settings a URL gives, the pool,
+error translation, one-statement reads and writes, coalesced reads and transactions
+(PgConnections). The group-commit writers are in pg_commit.py, the LISTEN/NOTIFY listener in
+pg_listen.py; each is given this part.
 
-Connections: a psycopg 3 async pool (autocommit) for everything but step writes; two pooled
-connections kept by the writers for commit_step, record_call and create_run; one dedicated
-connection LISTENing on `tether_work` and `tether_effects`. Most operations are one statement.
+Connections: a psycopg 3 async pool (autocommit) for everything but step writes; the writers
+keep pooled connections of their own (pg_commit.py), the listener a dedicated one. Most
+operations are one statement.
 
-Coalesced reads: get_run is coalesced the same way as the writer's group commit (pg_commit.py):
-calls made while one is in flight share a statement.
-
-Wake-ups: a write that makes a run claimable (or an effect due) calls pg_notify in the same
-transaction; the listener turns notifications into `work_available` / `effects_available`, at
-most one wake-up per debounce window, and reconnects with backoff when its connection dies
-(workers poll as well).
+Coalesced reads: a short per-run read (get_run, load_journal...) made while another is in
+flight waits for the next batch, which goes in one pipeline on one connection.
 
 Durability: `synchronous_commit=on` is set on every connection: a commit acknowledged to a
 worker has been flushed to the WAL.
@@ -26,9 +22,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import cache
-from operator import itemgetter
-from typing import Any, Final, NamedTuple, TypeVar
-from urllib.parse import urlsplit
+from typing import Any, Final, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection
@@ -38,54 +32,35 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from ..config import redact
 from ..errors import ConfigError, StoreError, StoreUnavailable
 from .migrate import queries
 
 log = logging.getLogger("tether.store.postgres")
 
-CHANNEL: Final = "tether_work"
-EFFECTS_CHANNEL: Final = "tether_effects"
 _SCHEMES: Final = ("postgresql", "postgres", "postgresql+psycopg")
 _SYNC_MODES: Final = frozenset({"on", "off", "local", "remote_write", "remote_apply"})
-_MAX_BATCH: Final = 1000
-_WRITERS: Final = 2  # writer connections: a group commit is sent while another is at the server
-_BACKOFF_MIN, _BACKOFF_MAX = 0.2, 10.0
+MAX_BATCH: Final = 1000
+"""Statements per coalesced read batch or group commit, at most."""
+TX_ATTEMPTS: Final = 3
+"""Runs of a transaction (or a writer's statement) a deadlock or serialization failure may
+undo before the error is raised."""
+BEGIN: Final = b"BEGIN"
 
 T = TypeVar("T")
 Conn = AsyncConnection[TupleRow]
 Params = dict[str, Any]
-_TxBody = Callable[[Conn], Awaitable[T]]
-_TX_ATTEMPTS: Final = 3
-_BEGIN: Final = b"BEGIN"
-# (query, params, thread_id, future of the statement's first row: None = the fence failed)
-_Job = tuple[bytes, Params, str, "asyncio.Future[TupleRow | None]"]
+TxBody = Callable[[Conn], Awaitable[T]]
 _ReadJob = tuple[bytes, Params, "asyncio.Future[list[TupleRow]]"]
 
 
-def redact_url(url: str) -> str:
-    """The URL with its password (in the userinfo or a `password=` parameter) masked."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<malformed database URL>"
-    netloc = parts.netloc
-    userinfo, at, hostinfo = netloc.rpartition("@")
-    if at and ":" in userinfo:
-        netloc = f"{userinfo.split(':', 1)[0]}:***@{hostinfo}"
-    query = "&".join(
-        "password=***" if item.split("=", 1)[0].lower() == "password" else item
-        for item in parts.query.split("&")
-    ) if parts.query else ""
-    return parts._replace(netloc=netloc, query=query).geturl()
-
-
 @cache
-def _queries() -> dict[str, bytes]:
+def pg_queries() -> dict[str, bytes]:
     # bytes: psycopg takes them as they are, with no per-call encoding.
     return {name: sql.encode() for name, sql in queries("postgres").items()}
 
 
-def _is_disconnect(exc: BaseException) -> bool:
+def is_disconnect(exc: BaseException) -> bool:
     """The connection failed, as opposed to the server refusing a statement."""
     if isinstance(exc, PoolTimeout):
         return True
@@ -100,7 +75,7 @@ def _is_disconnect(exc: BaseException) -> bool:
 _POOL_OPTIONS: Final = ("pool_min", "pool_max", "pool_timeout")
 
 
-def _pool_options(rest: str, safe_url: str) -> tuple[str, dict[str, float]]:
+def pool_options(rest: str, safe_url: str) -> tuple[str, dict[str, float]]:
     """Take tether's own URL query options out (libpq refuses unknown ones): pool_min and
     pool_max (connections per process), pool_timeout (seconds to wait for a free one)."""
     base, sep, query = rest.partition("?")
@@ -124,21 +99,9 @@ def _pool_options(rest: str, safe_url: str) -> tuple[str, dict[str, float]]:
     return base + ("?" + "&".join(kept) if kept else ""), found
 
 
-class _Writer:
-    """One writer connection of the group commit (pg_commit.py) and its state."""
-
-    __slots__ = ("busy", "conn", "cursor", "lost")
-
-    def __init__(self) -> None:
-        self.conn: Conn | None = None
-        self.cursor: psycopg.AsyncCursor[TupleRow] | None = None
-        self.lost = False  # its connection failed: replace it before the next write
-        self.busy = False  # a write or a group commit is on it
-
-
-class PgIO:
-    """PostgresStore's connections: its settings and state, and the plumbing its Store methods
-    and the group-commit writer (PgCommitter) run on."""
+class PgConnections:
+    """The connections part: the settings, the pool and the plumbing every statement runs on
+    (one-statement reads and writes, coalesced reads, transactions, error translation)."""
 
     def __init__(
         self,
@@ -149,10 +112,9 @@ class PgIO:
         connect_timeout: float = 5.0,
         pool_timeout: float = 15.0,
         synchronous_commit: str = "on",
-        debounce: float = 0.01,
     ):
         self.url = url
-        self.safe_url = redact_url(url)
+        self.safe_url = redact(url)
         scheme, sep, rest = url.partition("://")
         if scheme.lower() not in _SCHEMES or not sep:
             raise ConfigError(
@@ -163,7 +125,7 @@ class PgIO:
                 f"synchronous_commit must be one of {sorted(_SYNC_MODES)}, "
                 f"got {synchronous_commit!r}"
             )
-        rest, pool = _pool_options(rest, self.safe_url)
+        rest, pool = pool_options(rest, self.safe_url)
         min_size = int(pool.get("pool_min", min_size))
         max_size = int(pool.get("pool_max", max_size))
         if max_size < 2:
@@ -190,88 +152,68 @@ class PgIO:
         self.connect_timeout = connect_timeout
         self.pool_timeout = pool_timeout
         self.synchronous_commit = synchronous_commit
-        self.debounce = debounce
-        self._q = q = _queries()
-        # query -> its multi-row form: the statement, the key of a job's params, whether a
-        # group fits it, and the key of a row it returns (None: rows are keys; each job whose
-        # key came back gets _OK) or, given, each job gets the row with its key.
-        self._bulk: dict[bytes, Bulk] = {
-            q["commit_step"]: Bulk(q["commit_steps"], _thread_key, _distinct_runs,
-                                   itemgetter(0)),  # commit_step's row: (thread_id, updated_at)
-            q["insert_journal"]: Bulk(q["insert_journals"], _journal_key, _always),
-            q["create_run"]: Bulk(q["create_runs"], _thread_key, _fresh_leased_runs,
-                                  itemgetter(1)),  # create_run's row: (created, thread_id, ...)
-        }
+        self.q = pg_queries()
         self._pool: AsyncConnectionPool[Conn] | None = None
-        self._accepting = False  # writes are taken (the committers run)
-        # Keep one connection of the pool for everything else.
-        self._writers = [_Writer() for _ in range(min(_WRITERS, max_size - 1))]
-        self._queue: deque[_Job] = deque()
-        self._wake = asyncio.Event()
-        self._committers: list[asyncio.Task[None]] = []
-        self._stats = dict.fromkeys(("batches", "batched_writes", "largest_batch",
-                                     "batch_retries"), 0)
-        self._listener: asyncio.Task[None] | None = None
-        self._listen_conn: Conn | None = None
         self._healer: asyncio.Task[None] | None = None
         self._reads: deque[_ReadJob] = deque()
         self._reader: asyncio.Task[None] | None = None
         self._reading = False  # a hot read is in flight
-        self.work_available = asyncio.Event()
-        self.effects_available = asyncio.Event()
 
     # -- errors ----------------------------------------------------------------------------
 
-    def _message(self, exc: BaseException) -> str:
+    def message(self, exc: BaseException) -> str:
+        """The driver error's text, one line, the password masked."""
         text = str(exc).strip() or type(exc).__name__
         if self._password:
             text = text.replace(self._password, "***")
         return text.replace("\n", " ").replace("\t", " ")
 
-    def _error(self, exc: BaseException) -> StoreError:
+    def error(self, exc: BaseException) -> StoreError:
         """The store-edge translation of a driver error, chained to it."""
         err: StoreError
-        if _is_disconnect(exc):
+        if is_disconnect(exc):
             err = StoreUnavailable(
-                f"Postgres at {self.safe_url} is unavailable: {self._message(exc)}"
+                f"Postgres at {self.safe_url} is unavailable: {self.message(exc)}"
             )
         else:
-            err = StoreError(f"Postgres error: {self._message(exc)}")
+            err = StoreError(f"Postgres error: {self.message(exc)}")
         err.__cause__ = exc
         return err
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def _connect(self) -> Conn:
+    async def connect(self) -> Conn:
+        """A connection of its own, outside the pool (the caller closes it)."""
         return await AsyncConnection.connect(self._conninfo, autocommit=True)
 
-    async def _connect_listener(self) -> Conn:
-        conn = await self._connect()
+    @property
+    def is_open(self) -> bool:
+        return self._pool is not None
+
+    async def open(self) -> None:
+        """Open the pool, its minimum of connections made. Raises StoreUnavailable."""
+        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+            self._conninfo,
+            kwargs={"autocommit": True},
+            min_size=self.min_size,
+            max_size=self.max_size,
+            timeout=self.pool_timeout,
+            name="tether",
+            open=False,
+        )
         try:
-            await conn.execute(f"LISTEN {CHANNEL}; LISTEN {EFFECTS_CHANNEL}".encode())
-        except BaseException:
-            await conn.close()
-            raise
-        return conn
+            await pool.open(wait=True, timeout=self.connect_timeout + 1.0)
+        except (psycopg.Error, OSError) as exc:
+            await pool.close()
+            raise StoreUnavailable(
+                f"cannot open a connection pool to Postgres at {self.safe_url}: "
+                f"{self.message(exc)}"
+            ) from exc
+        self._pool = pool
 
     async def close(self) -> None:
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.cancel()
-            await asyncio.wait([listener])
-        committers, self._committers = self._committers, []
-        self._accepting = False
-        if committers:
-            self._wake.set()  # the committers finish what was submitted, then stop
-            _, pending = await asyncio.wait(committers, timeout=self.pool_timeout)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending)
-        listen_conn, self._listen_conn = self._listen_conn, None  # if the task never started
-        if listen_conn is not None:
-            with contextlib.suppress(psycopg.Error, OSError):
-                await listen_conn.close()
+        """Answer the reads in flight, then close the pool (its users have given back their
+        connections: close the writers first)."""
         reader, self._reader = self._reader, None
         if reader is not None:
             await asyncio.wait([reader])  # answers the callers it has, from the open pool
@@ -283,24 +225,20 @@ class PgIO:
                 await asyncio.wait([healer])
         pool, self._pool = self._pool, None
         if pool is not None:
-            for writer in self._writers:
-                commit_conn, writer.conn, writer.cursor = writer.conn, None, None
-                if commit_conn is not None:
-                    with contextlib.suppress(psycopg.Error, OSError):
-                        await pool.putconn(commit_conn)
             await pool.close()
 
-    def _need_pool(self) -> AsyncConnectionPool[Conn]:
+    def pool(self) -> AsyncConnectionPool[Conn]:
+        """The open pool; StoreError if the store is not open."""
         if self._pool is None:
             raise StoreError("store is not open")
         return self._pool
 
-    async def _fetchall(
+    async def fetchall(
         self, query: bytes, params: Params | None = None, *, idempotent: bool = False
     ) -> list[TupleRow]:
         """One statement on a pooled connection. An idempotent one is retried once if its
         connection turns out to be dead (a database restart kills every pooled one)."""
-        pool = self._need_pool()
+        pool = self.pool()
         retry = idempotent
         while True:
             try:
@@ -308,38 +246,34 @@ class PgIO:
                     cur = await conn.execute(query, params)
                     return await cur.fetchall()
             except psycopg.Error as exc:
-                if not _is_disconnect(exc):
-                    raise self._error(exc) from exc
+                if not is_disconnect(exc):
+                    raise self.error(exc) from exc
                 if not retry or isinstance(exc, PoolTimeout):
-                    self._heal()
-                    raise self._error(exc) from exc
+                    self.heal()
+                    raise self.error(exc) from exc
                 retry = False
                 # What killed this connection (a restart, a failover) likely killed its idle
                 # peers too: test them before the retry takes one.
                 await pool.check()
 
-    async def _fetchone(
-        self, query: bytes, params: Params | None = None, *, idempotent: bool = False
-    ) -> TupleRow | None:
-        rows = await self._fetchall(query, params, idempotent=idempotent)
+    async def read(self, query: bytes, params: Params | None = None) -> list[TupleRow]:
+        """fetchall of a read (retried once on a dead connection)."""
+        return await self.fetchall(query, params, idempotent=True)
+
+    async def read_one(self, query: bytes, params: Params | None = None) -> TupleRow | None:
+        rows = await self.fetchall(query, params, idempotent=True)
         return rows[0] if rows else None
 
-    async def _read(self, query: bytes, params: Params | None = None) -> list[TupleRow]:
-        return await self._fetchall(query, params, idempotent=True)
-
-    async def _read_one(self, query: bytes, params: Params | None = None) -> TupleRow | None:
-        return await self._fetchone(query, params, idempotent=True)
-
-    async def _hot_read(self, query: bytes, params: Params) -> list[TupleRow]:
+    async def hot_read(self, query: bytes, params: Params) -> list[TupleRow]:
         """A short per-run read (get_run, load_journal...). The first caller runs it at once;
         reads issued while one is in flight queue up and go together, in one pipeline, on one
         connection: a worker claiming a thousand runs, or a thousand runtime.wait calls, cost
         one round trip per batch, not a pool checkout each."""
-        self._need_pool()
+        self.pool()
         if not self._reading:
             self._reading = True
             try:
-                return await self._fetchall(query, params, idempotent=True)
+                return await self.fetchall(query, params, idempotent=True)
             finally:
                 self._reading = False
                 if self._reads:
@@ -348,8 +282,8 @@ class PgIO:
         self._reads.append((query, params, fut))
         return await fut
 
-    async def _hot_read_one(self, query: bytes, params: Params) -> TupleRow | None:
-        rows = await self._hot_read(query, params)
+    async def hot_read_one(self, query: bytes, params: Params) -> TupleRow | None:
+        rows = await self.hot_read(query, params)
         return rows[0] if rows else None
 
     def _start_reader(self) -> None:
@@ -359,7 +293,7 @@ class PgIO:
     async def _read_loop(self) -> None:
         try:
             while self._reads:
-                batch = [self._reads.popleft() for _ in range(min(len(self._reads), _MAX_BATCH))]
+                batch = [self._reads.popleft() for _ in range(min(len(self._reads), MAX_BATCH))]
                 await self._read_batch(batch)
         finally:
             self._reading = False
@@ -371,7 +305,7 @@ class PgIO:
         for job in batch:
             groups.setdefault(job[0], []).append(job)
         try:
-            async with self._need_pool().connection() as conn:
+            async with self.pool().connection() as conn:
                 plan: list[tuple[psycopg.AsyncCursor[TupleRow], list[_ReadJob]]] = []
                 failure: psycopg.Error | None = None
                 try:
@@ -401,7 +335,7 @@ class PgIO:
                 if fut.done():
                     continue
                 try:
-                    rows = await self._fetchall(query, params, idempotent=True)
+                    rows = await self.fetchall(query, params, idempotent=True)
                 except Exception as exc:
                     if not fut.done():
                         fut.set_exception(exc)
@@ -409,21 +343,21 @@ class PgIO:
                     if not fut.done():
                         fut.set_result(rows)
 
-    def _heal(self) -> None:
+    def heal(self) -> None:
         """After a lost connection, test the pooled idle ones in the background (check()
         takes them all out of the pool at once, so no later caller gets a dead one)."""
         pool, healer = self._pool, self._healer
         if pool is not None and (healer is None or healer.done()):
             self._healer = asyncio.create_task(pool.check(), name="tether-pg-pool-check")
 
-    async def _transaction(self, body: _TxBody[T], *, body_commits: bool = False) -> T:
+    async def transaction(self, body: TxBody[T], *, body_commits: bool = False) -> T:
         """body(conn) in one transaction on a pooled connection: body sends BEGIN first, in
         its first pipeline (conn.transaction() would cost two more round trips); this commits
         after it, unless `body_commits` (it sent COMMIT in its last pipeline). A deadlock or
         serialization failure undoes it whole, so it runs again (a few times); a TetherError
         it raises (LeaseLost, RunNotFound...) rolls it back."""
-        pool = self._need_pool()
-        for attempt in range(1, _TX_ATTEMPTS + 1):
+        pool = self.pool()
+        for attempt in range(1, TX_ATTEMPTS + 1):
             try:
                 async with pool.connection() as conn:
                     try:
@@ -431,62 +365,20 @@ class PgIO:
                         if not body_commits:
                             await conn.execute(b"COMMIT")
                     except BaseException:
-                        await _rollback(conn)
+                        await rollback(conn)
                         raise
                     return result
             except psycopg.Error as exc:
-                if _retryable(exc) and attempt < _TX_ATTEMPTS:
-                    log.debug("transaction rolled back (%s); retrying", self._message(exc))
+                if retryable(exc) and attempt < TX_ATTEMPTS:
+                    log.debug("transaction rolled back (%s); retrying", self.message(exc))
                     continue
-                if _is_disconnect(exc):
-                    self._heal()
-                raise self._error(exc) from exc
+                if is_disconnect(exc):
+                    self.heal()
+                raise self.error(exc) from exc
         raise AssertionError("unreachable")
 
-    # -- the listener ----------------------------------------------------------------------
 
-    async def _listen_loop(self) -> None:
-        backoff = _BACKOFF_MIN
-        conn, self._listen_conn = self._listen_conn, None
-        while True:
-            try:
-                if conn is None:
-                    conn = await self._connect_listener()
-                    # Notifications sent while we were away are lost: assume work is waiting.
-                    self.work_available.set()
-                    backoff = _BACKOFF_MIN
-                    log.info("listening on %s again", self.safe_url)
-                await self._pump(conn)
-            except Exception as exc:  # the listener must outlive any single failure
-                log.warning("LISTEN connection to %s failed (%s); reconnecting in %.1f s",
-                            self.safe_url, self._message(exc), backoff)
-            finally:
-                if conn is not None:
-                    with contextlib.suppress(psycopg.Error, OSError):
-                        await conn.close()
-                    conn = None
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, _BACKOFF_MAX)
-
-    async def _pump(self, conn: Conn) -> None:
-        """Turn notifications into wake-ups, at most one per event per debounce window: the
-        first notification of a burst sets its event at once, and the rest of the burst
-        (whatever arrives within the window) sets it once more at the end."""
-        events = {CHANNEL: self.work_available, EFFECTS_CHANNEL: self.effects_available}
-        while True:
-            async for n in conn.notifies(stop_after=1):
-                events[n.channel].set()
-            seen = True
-            while seen:
-                channels = set()
-                async for n in conn.notifies(timeout=self.debounce):
-                    channels.add(n.channel)
-                for channel in channels:
-                    events[channel].set()
-                seen = bool(channels)
-
-
-async def _rollback(conn: Conn) -> None:
+async def rollback(conn: Conn) -> None:
     """End a failed explicit transaction so the connection goes back to the pool clean.
     Always send ROLLBACK, whatever libpq reports: after a cancellation or an error
     mid-pipeline it can read IDLE while the server still holds the transaction open, with its
@@ -506,36 +398,8 @@ async def _rollback(conn: Conn) -> None:
         await conn.close()
 
 
-def _retryable(exc: psycopg.Error) -> bool:
+def retryable(exc: psycopg.Error) -> bool:
     """A deadlock victim or a serialization failure (SQLSTATE class 40): the transaction was
     undone whole, so it can run again. (psycopg's DeadlockDetected is not a subclass of its
     TransactionRollback.)"""
     return isinstance(exc, TransactionRollback) or (exc.sqlstate or "").startswith("40")
-
-
-# A job's key and its row's key (C getters: they run once per write of every group commit).
-_Key = Callable[[Params], Any]
-_thread_key: Final[_Key] = itemgetter("thread_id")
-_journal_key: Final[_Key] = itemgetter("thread_id", "step", "idx")  # = insert_journals' row
-
-
-def _distinct_runs(seq: list[Params]) -> bool:
-    """commit_steps moves each run once: two commits of one run go one by one instead."""
-    return len({p["thread_id"] for p in seq}) == len(seq)
-
-
-def _always(seq: list[Params]) -> bool:
-    return True
-
-
-def _fresh_leased_runs(seq: list[Params]) -> bool:
-    """create_runs takes runs leased to a local worker without idempotency key, once each."""
-    return (all(p["lease_owner"] is not None and p["idempotency_key"] is None for p in seq)
-            and _distinct_runs(seq))
-
-
-class Bulk(NamedTuple):
-    query: bytes
-    key: _Key
-    fits: Callable[[list[Params]], bool]
-    row_key: Callable[[TupleRow], Any] | None = None

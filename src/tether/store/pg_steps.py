@@ -1,0 +1,129 @@
+"""How the Postgres store says a step's writes: the parameters of the step commits (one
+statement: commit_step, commit_step_notify, commit_step_wake) and the transaction of a step
+that carries mail, effects or groups (step_transaction)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from ..errors import DuplicateEffectKey, EffectError, LeaseLost, RunNotFound
+from .base import NewRun, StepCommit
+from .pg_conn import BEGIN, Conn, Params, TxBody
+
+_NEW_RUN_FIELDS: Final = tuple(NewRun.__dataclass_fields__)  # a child run's parameters
+
+
+def step_params(commit: StepCommit) -> Params:
+    lease = commit.lease
+    return {
+        "thread_id": lease.thread_id,
+        "epoch": lease.epoch,
+        "step": commit.step,
+        "node": commit.node,
+        "next_node": commit.next_node,
+        "kind": commit.kind,
+        "data": commit.data,
+        "worker": lease.worker,
+        "attempt": commit.attempt,
+        "started_at": commit.started_at,
+        "finished_at": commit.finished_at,
+        "status": commit.status,
+        "wake_at": commit.wake_at,
+        "waiting_for": commit.waiting_for,
+    }
+
+
+def add_children(params: Params, children: Sequence[NewRun]) -> None:
+    """The children as one array per field: commit_step_notify unnests them."""
+    for name in _NEW_RUN_FIELDS:
+        params["c_" + name] = [getattr(child, name) for child in children]
+
+
+def step_transaction(q: dict[str, bytes], commit: StepCommit, terminal: bool
+                     ) -> tuple[TxBody[None], bool]:
+    """A step carrying mail, effects, groups, or waking another run: one transaction that
+    locks every run row it touches first (lock_runs), then writes (commit_step_tx), then
+    wakes (wake_after_commit), in three statements and as few round trips. Unless a
+    transactional effect must run in it, the COMMIT goes in the same pipeline: one round
+    trip, so the locks on the rows of the run's recipients are held for one round trip,
+    not two. That is safe because a step that must not commit (lease lost, an effect key
+    used before, an unknown recipient) writes nothing: commit_step_tx and
+    wake_after_commit check it on the server; the results read afterwards say which
+    error to raise. (body, whether it commits)."""
+    tid = commit.lease.thread_id
+    params = step_params(commit)
+    add_children(params, commit.children)
+    roles = dict(commit.groups)  # the last role given for a group wins
+    params["g_names"], params["g_roles"] = list(roles), list(roles.values())
+    params["consumed"] = list(commit.consumed)
+    effects = commit.effects
+    params["e_keys"] = [e.key for e in effects]
+    params["e_idxs"] = [e.idx for e in effects]
+    params["e_names"] = [e.name for e in effects]
+    params["e_payloads"] = [e.payload for e in effects]
+    params["e_statuses"] = ["pending" if e.apply is None else "done" for e in effects]
+    params["e_compensables"] = [e.compensable for e in effects]
+    applied = [e for e in effects if e.apply is not None]
+    if len(set(params["e_keys"])) < len(effects):
+        raise DuplicateEffectKey(f"run {tid!r}: an effect key is used twice in one step")
+    direct = sorted({m.recipient for m in commit.messages if m.recipient is not None})
+    params["direct"] = direct
+    groups = sorted({m.group for m in commit.messages
+                     if m.recipient is None and m.group is not None})
+
+    async def body(conn: Conn) -> None:
+        members: dict[str, list[str]] = {}
+        if groups:
+            async with conn.pipeline():
+                await conn.execute(BEGIN)
+                cur = await conn.execute(q["group_recipients"],
+                                         {"groups": groups, "thread_id": tid})
+            for group, member in await cur.fetchall():
+                members.setdefault(group, []).append(member)
+        sent = [(rcpt, m.message) for m in commit.messages
+                for rcpt in ([m.recipient] if m.recipient is not None
+                             else members.get(m.group or "", []))]
+        params["m_recipients"] = [rcpt for rcpt, _ in sent]
+        params["m_messages"] = [message for _, message in sent]
+        recipients = sorted({rcpt for rcpt, _ in sent})
+        wake = {"recipients": recipients, "thread_id": tid, "epoch": params["epoch"],
+                "step": params["step"], "parent": terminal,
+                "mail": commit.waiting_for == "mail",
+                "notify": bool(commit.children or sent or commit.status == "queued"),
+                "effects": len(applied) < len(effects)}
+        async with conn.pipeline():
+            if not groups:
+                await conn.execute(BEGIN)
+            c_lock = await conn.execute(q["lock_runs"], {
+                "ids": [tid, *recipients], "thread_id": tid, "parent": terminal})
+            c_taken = (await conn.execute(q["effect_keys_taken"], {
+                "thread_id": tid, "keys": params["e_keys"]}) if effects else None)
+            c_step = await conn.execute(q["commit_step_tx"], params)
+            if not applied:
+                await conn.execute(q["wake_after_commit"], wake)
+                await conn.execute(b"COMMIT")
+        if c_taken is not None and (taken := await c_taken.fetchall()):
+            raise DuplicateEffectKey(
+                f"run {tid!r}: effect key {taken[0][0]!r} was already used "
+                "in this run; explicit effect keys must be unique within a run")
+        locked = {r[0]: r for r in await c_lock.fetchall()}
+        own = locked.get(tid)
+        lost = LeaseLost(f"run {tid!r}: lease lost; step {commit.step} not committed")
+        if own is None or own[1] != params["epoch"] or own[2] != "running":
+            raise lost
+        if missing := [r for r in direct if r not in locked]:
+            raise RunNotFound(f"run {tid!r} sent a message to unknown thread_id "
+                              f"{missing[0]!r}")
+        if c_step.rowcount < 1:  # no check above explains it
+            raise lost
+        for e in applied:
+            assert e.apply is not None
+            try:
+                await e.apply(conn, e.payload, e.key)
+            except Exception as exc:
+                raise EffectError(f"transactional effect {e.name!r} failed: {exc!r}") from exc
+        if applied:
+            await conn.execute(q["wake_after_commit"], wake)
+
+    return body, not applied
