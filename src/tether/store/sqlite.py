@@ -37,7 +37,7 @@ from .base import (
 from .migrate import behind_message, latest, migrations
 from .sqlite_io import Fenced, SQLiteIO, _Connections, parse_sqlite_url
 
-__all__ = ["SQLiteStore", "parse_sqlite_url"]
+__all__ = ["SQLiteStore", "apply_migrations", "parse_sqlite_url"]
 
 T = TypeVar("T")
 _PARENT = RUN_COLUMNS.index("parent_thread_id")
@@ -89,27 +89,8 @@ class SQLiteStore(SQLiteIO):
         return int(current), latest("sqlite")
 
     async def migrate(self) -> list[int]:
-        def job(conn: sqlite3.Connection) -> list[int]:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_version "
-                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-            )
-            current = self._applied(conn)
-            done: list[int] = []
-            for mig in migrations("sqlite"):
-                if mig.version <= current:
-                    continue
-                for stmt in _split_sql(mig.sql):
-                    conn.execute(stmt)
-                conn.execute(
-                    "INSERT INTO schema_version VALUES (?, ?, (julianday('now') - 2440587.5) * 86400.0)",
-                    (mig.version, mig.name),
-                )
-                done.append(mig.version)
-            return done
-
         # The IMMEDIATE transaction serializes concurrent migrators across processes.
-        result: list[int] = await self._w(job)
+        result: list[int] = await self._w(apply_migrations)
         return result
 
     async def now(self) -> float:
@@ -614,6 +595,28 @@ class SQLiteStore(SQLiteIO):
         params = {"thread_id": thread_id, "from_step": 0, "upto": 2**62}
         rows = await self._r(lambda c: c.execute(q, params).fetchall())
         return [_checkpoint(r) for r in rows]
+
+
+def apply_migrations(conn: sqlite3.Connection) -> list[int]:
+    """Apply the migrations `conn`'s database lacks, inside the caller's (IMMEDIATE)
+    transaction; the versions applied, in order."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_version "
+        "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+    )
+    current = SQLiteStore._applied(conn)
+    done: list[int] = []
+    for mig in migrations("sqlite"):
+        if mig.version <= current:
+            continue
+        for stmt in _split_sql(mig.sql):
+            conn.execute(stmt)
+        conn.execute(
+            "INSERT INTO schema_version VALUES (?, ?, (julianday('now') - 2440587.5) * 86400.0)",
+            (mig.version, mig.name),
+        )
+        done.append(mig.version)
+    return done
 
 
 def _split_sql(script: str) -> list[str]:
