@@ -19,6 +19,7 @@ from .errors import ConfigError
 EXTRAS: Final[dict[str, tuple[str, ...]]] = {
     "postgres": ("psycopg", "psycopg_pool", "psycopg_binary"),
     "server": ("fastapi", "starlette", "uvicorn", "pydantic", "pydantic_core"),
+    "langgraph": ("langgraph", "langchain_core", "ormsgpack"),
 }
 
 

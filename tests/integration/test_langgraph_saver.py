@@ -89,7 +89,7 @@ def test_sync_graph_invoke(databases: Any) -> None:
         # the input, the start and one checkpoint per super-step, newest first
         assert [h.metadata["step"] for h in history] == list(range(STEPS, -2, -1))
         assert [len(h.values.get("messages", [])) for h in history] == \
-            list(range(STEPS, -1, -1)) + [0]
+            [*range(STEPS, -1, -1), 0]
     # Another saver (another process, as far as it knows) reads the same state back.
     with TetherSaver.from_conn_string(url) as again:
         state = loop_graph(again).get_state(cfg("sync-1"))

@@ -73,3 +73,32 @@ def test_missing_extra_is_a_config_error() -> None:
     assert isinstance(exc, ConfigError)
     assert (exc.extra, exc.module) == ("server", "uvicorn")
     assert str(exc).endswith('pip install "tether[server]"')
+
+
+def test_tether_langgraph_names_its_extra() -> None:
+    proc = without(EXTRAS["langgraph"], """
+        from tether.errors import ConfigError
+        try:
+            import tether.langgraph
+        except ConfigError as exc:
+            print(type(exc).__name__, exc)
+        """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (
+        "MissingExtra tether.langgraph needs the 'langgraph' extra (langgraph is not installed): "
+        'pip install "tether[langgraph]"')
+
+
+def test_tether_saver_on_postgres_names_its_extra() -> None:
+    proc = without(EXTRAS["postgres"], """
+        from tether.errors import ConfigError
+        from tether.langgraph import TetherSaver
+        try:
+            TetherSaver("postgresql://postgres@127.0.0.1:5432/postgres")
+        except ConfigError as exc:
+            print(type(exc).__name__, exc)
+        """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (
+        "MissingExtra TetherSaver on Postgres needs the 'postgres' extra (psycopg is not "
+        'installed): pip install "tether[postgres]"')

@@ -6,12 +6,11 @@
 
 from __future__ import annotations
 
-try:
-    import langgraph.checkpoint.base  # noqa: F401
-except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        'tether.langgraph needs LangGraph: pip install "tether[langgraph]"') from exc
+from ..extras import requires_extra
 
-from .saver import TetherSaver
+with requires_extra("langgraph", "tether.langgraph"):
+    import langgraph.checkpoint.base  # noqa: F401  (named first in the error when missing)
+
+    from .saver import TetherSaver
 
 __all__ = ["TetherSaver"]

@@ -46,6 +46,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..errors import ConfigError, InvalidState, SerializationError, StoreError
+from ..extras import requires_extra
 from ._blobs import Blob, BlobCache, BlobRows, assemble, garbage
 from ._rows import CheckpointRow, Rows
 
@@ -68,7 +69,8 @@ def _rows_for(url: str, pool_size: int) -> Rows:
 
         return SQLiteRows(url)
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
-        from ._postgres import PostgresRows
+        with requires_extra("postgres", "TetherSaver on Postgres"):
+            from ._postgres import PostgresRows
 
         return PostgresRows(url, pool_size=pool_size)
     raise ConfigError(f"unsupported DB URL scheme {scheme!r}: use sqlite:/// or postgresql://")
