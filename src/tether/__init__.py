@@ -6,7 +6,7 @@ fencing epochs, journaled calls, on embedded SQLite or on Postgres with many wor
 
 from __future__ import annotations
 
-from .agent import Agent, Append, Command, append, finish, goto, receive
+from .agent import Agent, Command, finish, goto, receive
 from .config import Settings
 from .context import ADMIN_CHANNEL, Context, Message
 from .errors import (
@@ -28,7 +28,9 @@ from .errors import (
     TetherError,
 )
 from .retry import FailureCategory, RetryPolicy
-from .runtime import Checkpoint, Effect, Interrupt, Run, RunError, RunStatus, Runtime
+from .runtime import Runtime
+from .state import Append, append
+from .types import Checkpoint, Effect, Interrupt, Run, RunError, RunStatus
 
 __version__ = "0.1.0"
 

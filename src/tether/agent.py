@@ -3,33 +3,20 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 from .errors import DefinitionError
 from .retry import RetryPolicy
+from .state import Append, append
 
 if TYPE_CHECKING:
     from .context import Context
 
 State = dict[str, Any]
+__all__ = ["Agent", "Append", "Command", "Node", "append", "finish", "goto", "receive"]
 NodeFn = Callable[[State, "Context"], Awaitable["Command"]]
-
-
-@dataclass(frozen=True, slots=True)
-class Append:
-    """An update value that appends `items` to a list field instead of replacing it; the
-    checkpoint stores only the appended items."""
-
-    items: tuple[Any, ...]
-
-
-def append(items: Iterable[Any]) -> Append:
-    """Mark an update value as items to append to the list at that key."""
-    if isinstance(items, (str, bytes, Mapping)):
-        raise TypeError("tether.append() takes an iterable of items, e.g. append([msg])")
-    return Append(tuple(items))
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,25 +10,35 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from . import serde
 from .errors import DefinitionError, DuplicateEffectKey, NondeterminismError, RunNotFound
+from .history import load_state
 from .store.base import (
     INTERRUPT_CALL,
     JOIN_CALL,
     SLEEP_CALL,
-    TERMINAL,
     EffectRow,
     NewRun,
     OutMessage,
     Park,
 )
+from .types import TERMINAL
 
 if TYPE_CHECKING:
-    from .agent import Agent
     from .outbox import EffectHandler
     from .store.base import JournalRecord, Lease, Store
+
+
+class AgentLike(Protocol):
+    """What ctx.spawn needs of an agent (tether.Agent is one): context sits below agent.py."""
+
+    @property
+    def name(self) -> str: ...
+
+    def start_node(self) -> str: ...
+
 
 StreamSink = Callable[[str, dict[str, Any]], None]
 ADMIN_CHANNEL = "tether.admins"
@@ -82,7 +92,7 @@ class Context:
         sink: StreamSink | None = None,
         effect_handlers: Mapping[str, EffectHandler] | None = None,
         inbox: list[Message] | None = None,
-        agents: Mapping[str, Agent] | None = None,
+        agents: Mapping[str, AgentLike] | None = None,
         version: str = "",
     ) -> None:
         self._store = store
@@ -216,7 +226,7 @@ class Context:
         if admin:
             self.groups.append((ADMIN_CHANNEL, "member"))
 
-    def spawn(self, agent: Agent | str, input: Mapping[str, Any] | None = None,
+    def spawn(self, agent: AgentLike | str, input: Mapping[str, Any] | None = None,
               thread_id: str | None = None) -> str:
         """Create a child run when this step commits; returns its thread_id (stable across
         re-executions of the step). `await ctx.join([...])` waits for children."""
@@ -250,8 +260,6 @@ class Context:
         raise Suspend(Park("join", self.step, idx, children=ids, spawn=tuple(self.children)))
 
     async def _join_results(self, ids: list[str]) -> list[dict[str, Any]] | None:
-        from .state import replay
-
         spawned = {c.thread_id for c in self.children}
         results: list[dict[str, Any]] = []
         for tid in ids:
@@ -262,8 +270,7 @@ class Context:
                 raise RunNotFound(f"ctx.join(): no run with thread_id {tid!r}")
             if run.status not in TERMINAL:
                 return None
-            rows = await self._store.load_checkpoints(tid) if run.step else []
-            state = replay(run.input, ((r.kind, r.data) for r in rows))
+            state, _ = await load_state(self._store, run)
             results.append({"thread_id": tid, "status": run.status, "state": state,
                             "error": None if run.error is None else serde.loads(run.error)})
         return results

@@ -51,4 +51,3 @@ class RetryPolicy:
         return base * (1 - self.jitter * random.random())
 
 
-NO_RETRY = RetryPolicy(attempts=1)

@@ -8,14 +8,30 @@ step's checkpoint holds only the new items, so its cost does not grow with the s
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from . import serde
-from .agent import Append
 from .errors import SerializationError
 
 State = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """An update value that appends `items` to a list field instead of replacing it; the
+    checkpoint stores only the appended items."""
+
+    items: tuple[Any, ...]
+
+
+def append(items: Iterable[Any]) -> Append:
+    """Mark an update value as items to append to the list at that key."""
+    if isinstance(items, (str, bytes, Mapping)):
+        raise TypeError("tether.append() takes an iterable of items, e.g. append([msg])")
+    return Append(tuple(items))
+
 _NOTHING: Mapping[str, Any] = MappingProxyType({})  # a delta's missing part (no dict a step)
 
 
@@ -61,16 +77,6 @@ def encode_delta(delta: Mapping[str, Any], node: str) -> tuple[bytes, dict[str, 
     plain = {**delta.get("s", {}), **delta.get("a", {})}
     serde.dumps(plain, f"update from node {node!r}, key")
     raise SerializationError(f"update from node {node!r} is not serializable")
-
-
-def merge(state: State, update: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Merge `update` into `state` in place, key by key, as a replay would see it; returns
-    the (decoded) delta."""
-    delta = delta_of(state, update)
-    if delta:
-        _, delta = serde.encode(delta, "update")
-        apply_delta(state, delta)
-    return delta
 
 
 def apply_delta(state: State, delta: Mapping[str, Any]) -> State:

@@ -9,20 +9,17 @@ the lease's fencing epoch; a refused commit (LeaseLost) abandons the run without
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import logging
 import os
 import socket
-import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any
 
 from . import serde
 from .agent import Agent, Command
+from .config import Settings
 from .context import Context, Message, Suspend
 from .errors import (
     DefinitionError,
@@ -32,16 +29,15 @@ from .errors import (
     SerializationError,
     StoreError,
 )
+from .history import load_state
+from .hub import EventHub
 from .outbox import Dispatcher
+from .registry import Registry
 from .retry import FailureCategory
-from .state import apply_delta, delta_of, encode_delta, replay
-from .store.base import Lease, Park, RunRecord, StepCommit
-
-if TYPE_CHECKING:
-    from .runtime import Runtime
+from .state import apply_delta, delta_of, encode_delta
+from .store.base import Lease, Park, RunRecord, StepCommit, Store
 
 log = logging.getLogger("tether.worker")
-T = TypeVar("T")
 
 _FINAL = {
     NondeterminismError: FailureCategory.NONDETERMINISM,
@@ -65,20 +61,28 @@ def error_json(category: FailureCategory, exc: BaseException) -> bytes:
 
 
 class Worker:
-    """Runs steps of claimable runs of `runtime.version` until stopped."""
+    """Runs steps of claimable runs of `registry.version` until stopped.
+
+    Given its parts, never the Runtime: the `store` it claims from and commits to, the
+    `registry` of agents and effect handlers it serves, and the `hub` it tells about events
+    and finished runs (the only way anything flows from here up to the process's users)."""
 
     def __init__(
         self,
-        runtime: Runtime,
+        store: Store,
+        registry: Registry,
+        hub: EventHub,
+        settings: Settings,
         *,
         concurrency: int,
         claim_batch: int = 1000,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
-        self.runtime = runtime
-        self.store = runtime.store
-        self.settings = runtime.settings
+        self.store = store
+        self.registry = registry
+        self.hub = hub
+        self.settings = settings
         self.id = worker_id()
         self.concurrency = concurrency
         self.claim_batch = claim_batch
@@ -91,7 +95,7 @@ class Worker:
         self._tg: asyncio.TaskGroup | None = None
         self._reserved = 0  # slots promised to runs being started in this process
         self.dispatcher = Dispatcher(
-            self.store, runtime.effect_handlers, self.id, lease_ttl=self.settings.lease_ttl,
+            store, registry.effect_handlers, self.id, lease_ttl=self.settings.lease_ttl,
             poll_interval=self.settings.poll_interval)
 
     def __repr__(self) -> str:
@@ -122,7 +126,7 @@ class Worker:
         return thread_id in self._tasks
 
     # -- runs started in this process ------------------------------------------------------
-    # runtime.start asks for a slot first; if it gets one, the run is inserted already leased
+    # Runtime.start asks for a slot first; if it gets one, the run is inserted already leased
     # to this worker (no claim, no wake-up, no reads: a new run has no journal, checkpoints or
     # mail yet) and handed over with adopt(). Runs from elsewhere still come through claims.
 
@@ -153,9 +157,12 @@ class Worker:
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         log.info("worker %s starting (version %s, concurrency %d, lease %.1fs)",
-                 self.id, self.runtime.version, self.concurrency, self.settings.lease_ttl)
-        with gc_tuned(self.concurrency), switch_interval_tuned():
+                 self.id, self.registry.version, self.concurrency, self.settings.lease_ttl)
+        self.hub.attach(self)
+        try:
             await self._run(stop)
+        finally:
+            self.hub.detach(self)
         log.info("worker %s stopped after %d steps", self.id, self.steps_committed)
 
     async def _run(self, stop: asyncio.Event | None) -> None:
@@ -182,7 +189,7 @@ class Worker:
 
     async def _claim_loop(self, tg: asyncio.TaskGroup) -> None:
         wake = self.store.work_available
-        agents = list(self.runtime.agents)
+        agents = list(self.registry.agents)
         poll = self.settings.poll_interval
         while not self._stopping:
             free = self.concurrency - len(self._tasks) - self._reserved
@@ -191,7 +198,7 @@ class Worker:
                 want = min(free, self.claim_batch)
                 try:
                     claimed = await self.store.claim_runs(
-                        self.id, self.runtime.version, agents, want, self.settings.lease_ttl
+                        self.id, self.registry.version, agents, want, self.settings.lease_ttl
                     )
                 except StoreError as exc:
                     log.warning("claim failed, retrying in %.1fs: %s", poll, exc)
@@ -274,13 +281,11 @@ class Worker:
         with thousands of runs in flight."""
         thread_id = rec.thread_id
         try:
-            runtime, store = self.runtime, self.store
-            agent = runtime.agents.get(rec.agent)
+            registry, hub, store = self.registry, self.hub, self.store
+            agent = registry.agents.get(rec.agent)
             if agent is None:  # not claimable by us; claim filters by agent
                 raise DefinitionError(f"agent {rec.agent!r} is not registered in this worker")
-            rows = await store.load_checkpoints(rec.thread_id) if rec.step > 0 else []
-            state = replay(rec.input, ((cp.kind, cp.data) for cp in rows))
-            since_snapshot = len(rows) - (1 if rows and rows[0].kind == "s" else 0)
+            state, since_snapshot = await load_state(store, rec)
             journal = [] if fresh else await store.load_journal(rec.thread_id, rec.step + 1)
             inbox = [] if fresh else [Message(m.id, m.sender, serde.loads(m.message), m.created_at)
                                       for m in await store.load_inbox(rec.thread_id)]
@@ -294,11 +299,11 @@ class Worker:
                         raise DefinitionError(f"run {rec.thread_id!r} has no next node")
                     node = agent.get_node(node_name)
                     ctx = Context(store=store, lease=lease, agent=agent.name, node=node_name,
-                                  step=step, attempt=attempt, journal=journal, sink=runtime.emit,
-                                  effect_handlers=runtime.effect_handlers, inbox=inbox,
-                                  agents=runtime.agents, version=runtime.version)
+                                  step=step, attempt=attempt, journal=journal, sink=hub.emit,
+                                  effect_handlers=registry.effect_handlers, inbox=inbox,
+                                  agents=registry.agents, version=registry.version)
                     if inbox:
-                        runtime.emit(rec.thread_id, {"type": "processing", "step": step,
+                        hub.emit(rec.thread_id, {"type": "processing", "step": step,
                                                      "inbox": len(inbox)})
                     try:
                         cmd = await node.fn(dict(state), ctx)
@@ -344,13 +349,13 @@ class Worker:
                     await self._failed(agent, node_name, lease, failures, exc)
                     return
                 self.steps_committed += 1
-                if runtime.watched(thread_id):
-                    _step_events(runtime, thread_id, step, node_name, next_node, status,
+                if hub.watched(thread_id):
+                    _step_events(hub, thread_id, step, node_name, next_node, status,
                                  received=bool(inbox), sent=len(ctx.messages))
                 if status != "running":
                     self._forget(lease)
                     if status == "completed":
-                        runtime.notify_finished(rec.thread_id, step, state, finished)
+                        hub.notify_finished(rec.thread_id, step, state, finished)
                     return
                 node_name, attempt, failures, journal, inbox = next_node, 1, 0, [], []
         except asyncio.CancelledError:
@@ -377,12 +382,12 @@ class Worker:
         await self.store.park_run(lease, park)
         self._forget(lease)
         if park.kind == "interrupt":
-            self.runtime.emit(lease.thread_id, {
+            self.hub.emit(lease.thread_id, {
                 "type": "interrupted", "step": step, "node": node_name,
                 "interrupt_id": park.interrupt_id,
                 "payload": serde.loads(park.payload or b"null")})
         else:
-            self.runtime.emit(lease.thread_id, {"type": "sleeping", "step": step,
+            self.hub.emit(lease.thread_id, {"type": "sleeping", "step": step,
                                                 "node": node_name, "seconds": park.seconds})
 
     def _forget(self, lease: Lease) -> None:
@@ -405,11 +410,11 @@ class Worker:
             log.warning("run %s failed (%s) at node %s: %r", lease.thread_id, category.value,
                         node_name, exc)
             await self.store.fail_step(lease, failures=failures, wake_at=None, error=error,
-                                       final=True, compensate=self.runtime.compensable)
+                                       final=True, compensate=self.registry.compensable)
             self._forget(lease)
-            self.runtime.emit(lease.thread_id, {"type": "failed", "category": category.value,
+            self.hub.emit(lease.thread_id, {"type": "failed", "category": category.value,
                                                 "error": f"{type(exc).__name__}: {exc}"})
-            self.runtime.notify_finished(lease.thread_id)
+            self.hub.notify_finished(lease.thread_id)
             return
         log.info("run %s: attempt %d of node %s failed (%r); retry in %.2fs",
                  lease.thread_id, failures, node_name, exc, delay)
@@ -419,79 +424,17 @@ class Worker:
         self._forget(lease)
 
 
-_GC_DEFAULT: Final = (700, 10, 10)
-_GC_WORKER: Final = (100_000, 20, 20)
-_GC_PER_SLOT: Final = 100
-
-
-def gc_thresholds(concurrency: int) -> tuple[int, int, int]:
-    """The collector's thresholds for a worker running up to `concurrency` steps at once:
-    _GC_WORKER, with the young threshold raised to _GC_PER_SLOT allocations per slot."""
-    young, middle, old = _GC_WORKER
-    return max(young, _GC_PER_SLOT * concurrency), middle, old
-
-
-def gc_tuned(concurrency: int = 1) -> contextlib.AbstractContextManager[None]:
-    """Collect less often while the worker runs, if nobody tuned the collector already.
-
-    Thousands of in-flight steps keep many young objects (tasks, futures, coroutines) alive
-    for a step's duration. A young collection scans every young object still alive, so its
-    cost grows with the steps in flight (30-50 tracked objects each), and with a threshold
-    below that live set every collection scans about a threshold's worth: the total is then
-    the same whatever the threshold. With Python's defaults the collector took about half of
-    a worker's CPU at 10,000 concurrent runs (bench W2); at (100000, 20, 20) it still took
-    0.25 s of 2.9 s, and (300000, 20, 20) the same. Once the threshold is above the live set
-    (100 per slot: 1,000,000 at 10,000), collections become rare and cost 0.05 s there. Counts,
-    not memory, trigger collections; objects freed by reference counting (nearly all of a
-    step's) never wait for the collector, so only cyclic garbage waits longer, at most about
-    a threshold's worth of objects."""
-    return _tuned(gc.get_threshold, lambda t: gc.set_threshold(*t), _GC_DEFAULT,
-                  gc_thresholds(concurrency))
-
-
-_SWITCH_DEFAULT: Final = 0.005
-_SWITCH_WORKER: Final = 0.0005
-
-
-def switch_interval_tuned() -> contextlib.AbstractContextManager[None]:
-    """Hand the GIL between threads sooner while the worker runs, if nobody changed the
-    interval already.
-
-    The SQLite store ends its group commits on a thread, which needs the GIL back after each
-    statement; while the loop thread runs steps it waits up to the switch interval for it.
-    With Python's default of 5 ms that was about 20 ms per group commit at 10,000 concurrent
-    runs (bench W2), every step waiting on it. The interval only matters when threads
-    contend for the GIL."""
-    return _tuned(sys.getswitchinterval, sys.setswitchinterval, _SWITCH_DEFAULT, _SWITCH_WORKER)
-
-
-@contextlib.contextmanager
-def _tuned(get: Callable[[], T], put: Callable[[T], None], default: T, tuned: T
-           ) -> Iterator[None]:
-    """Set an interpreter setting to `tuned` for the block if it is at `default`, and back
-    after (unless someone changed it meanwhile); leave it alone if it was not at default."""
-    if get() != default:
-        yield
-        return
-    put(tuned)
-    try:
-        yield
-    finally:
-        if get() == tuned:
-            put(default)
-
-
-def _step_events(runtime: Runtime, thread_id: str, step: int, node: str, next_node: str | None,
+def _step_events(hub: EventHub, thread_id: str, step: int, node: str, next_node: str | None,
                  status: str, received: bool, sent: int) -> None:
     """The events of a committed step, for the run's subscribers in this process."""
-    runtime.emit(thread_id, {"type": "step", "step": step, "node": node,
+    hub.emit(thread_id, {"type": "step", "step": step, "node": node,
                              "next_node": next_node, "status": status})
     if received or sent:
-        runtime.emit(thread_id, {"type": "response", "step": step, "sent": sent})
+        hub.emit(thread_id, {"type": "response", "step": step, "sent": sent})
     if status == "waiting":
-        runtime.emit(thread_id, {"type": "idle", "step": step})
+        hub.emit(thread_id, {"type": "idle", "step": step})
     if status == "completed":
-        runtime.emit(thread_id, {"type": "completed", "step": step})
+        hub.emit(thread_id, {"type": "completed", "step": step})
 
 
 def _check_command(agent: Agent, node_name: str | None, cmd: Any) -> str | None:

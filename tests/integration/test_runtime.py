@@ -128,8 +128,8 @@ async def test_start_hands_runs_to_a_local_worker_with_free_slots(db_url: str) -
 
     rt = make_runtime(db_url, agent)
     async with working(rt, concurrency=2):
-        await eventually(lambda: bool(rt._workers))
-        worker = rt._workers[0]
+        await eventually(lambda: bool(rt.local_workers))
+        worker = rt.local_workers[0]
         first = await rt.start("gated", {})
         second = await rt.start("gated", {})
         third = await rt.start("gated", {})  # no slot left: queued for any worker
@@ -409,14 +409,14 @@ async def test_a_wait_that_times_out_on_a_run_driven_here_leaves_no_waiter_behin
     rt = make_runtime(db_url, agent)
     async with working(rt):
         run = await rt.start("gated")
-        await eventually(lambda: rt._driving(run.thread_id), "the local worker to drive the run")
+        await eventually(lambda: rt.hub.driving(run.thread_id), "the local worker to drive the run")
         with pytest.raises(TimeoutError):
             await rt.wait(run.thread_id, timeout=0.1)
-        assert run.thread_id not in rt._finished  # the timed-out waiter unregistered
+        assert run.thread_id not in rt.hub.waited()  # the timed-out waiter unregistered
         gate.set()
         got = await asyncio.wait_for(rt.wait(run.thread_id), WAIT)
         assert got.status is RunStatus.COMPLETED and got.state == {"done": True}
-        assert rt._finished == {}
+        assert rt.hub.waited() == frozenset()
 
 
 # -- the journal ------------------------------------------------------------------------------
@@ -777,6 +777,21 @@ async def test_unreachable_postgres_is_unavailable_and_redacted() -> None:
         assert "127.0.0.1" in str(exc)
         assert "secret" not in repr(exc)
         assert "secret" not in "".join(traceback.format_exception(exc))
+
+
+async def test_migrate_on_an_open_runtime_leaves_it_open_and_usable(db_url: str) -> None:
+    """migrate() on a runtime in use applies nothing new and does not close its store."""
+    rt = make_runtime(db_url, pipeline_agent())
+    try:
+        first = await rt.start("pipeline", {"topic": "x"})
+        assert await rt.migrate() == []
+        again = await rt.get(first.thread_id)
+        assert again.thread_id == first.thread_id
+        second = await rt.start("pipeline", {"topic": "y"})
+        assert second.created and not (await rt.start(
+            "pipeline", {"topic": "y"}, thread_id=second.thread_id)).created
+    finally:
+        await rt.close()
 
 
 async def test_unmigrated_database_says_to_run_migrate(empty_db_url: str) -> None:

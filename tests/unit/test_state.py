@@ -10,7 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tether import SerializationError, append, serde
-from tether.state import apply, delta_of, encode_delta, merge, replay
+from tether.state import apply, apply_delta, delta_of, encode_delta, replay
+
+
+def merge(state: dict[str, Any], update: Any) -> dict[str, Any]:
+    """A step's merge as the worker does it: the delta, encoded as stored, applied in place."""
+    delta = delta_of(state, update)
+    if delta:
+        _, delta = encode_delta(delta, "node")
+        apply_delta(state, delta)
+    return delta
 
 # -- merge ------------------------------------------------------------------------------------
 

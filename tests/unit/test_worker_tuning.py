@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from tether.worker import (
+from tether.tuning import (
     _GC_DEFAULT,
     _GC_WORKER,
     _SWITCH_DEFAULT,

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 import tether
-from tether.worker import gc_tuned
+from tether.tuning import gc_tuned
 
 from .common import (
     Result,

@@ -48,7 +48,7 @@ async def without_dispatch(runtime: tether.Runtime, stop: asyncio.Event, concurr
     the effects its steps request (ctx.effect finds the handler) but never performs them.
     tether itself is unchanged; callers check the outbox to be sure."""
     worker = asyncio.create_task(runtime.work(concurrency=concurrency, stop=stop))
-    while not runtime._workers:
+    while not runtime.local_workers:
         if worker.done():
             await worker  # raises what stopped it
         await asyncio.sleep(0.001)

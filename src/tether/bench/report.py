@@ -14,7 +14,7 @@ from .. import eventloop
 from .common import Result, pg_admin_url
 
 if TYPE_CHECKING:
-    from .runner import Job
+    from .jobs import Job
 
 LOAD_AT_START = os.getloadavg()[0]
 

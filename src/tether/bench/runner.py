@@ -23,26 +23,25 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..extras import requires_extra
+from .jobs import Job
 
 if TYPE_CHECKING:
-    from .common import Result
+    pass
 
 WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "E", "M", "L")
 SHARED = ("W1", "W2", "W3", "W4", "W5")  # the workloads the anchors run too (WORKLOADS.md)
 ANCHOR_SYSTEMS = ("langgraph", "dbos")
-PACKAGE_MODULE = "tether.bench.workloads"  # runs one workload per process (workloads.main)
 M_HINT = ("M runs examples/megaagent/run.py, which is not installed with tether: run it from a "
           "tether checkout's root with python -m bench.run --workloads M (bench/README.md)")
 ANCHORS_HINT = ("the anchors need a tether checkout: run python -m bench.run from its root "
                 "(bench/README.md)")
-TIMEOUT_S = 900.0  # per workload process; the workloads give up sooner themselves
 M_TIMEOUT_S = 300.0  # default cap of one megaagent run (--timeout)
 M_GRACE_S = 120.0  # on top of it for the M process: setup, verification, dropping the database
 
@@ -59,22 +58,6 @@ class Checkout:
     module: str
     workloads: tuple[str, ...]
     anchors: AnchorFn | str
-
-
-@dataclass(slots=True)
-class Job:
-    backend: str
-    workload: str
-    args: tuple[str, ...] = ()
-    label: str = ""
-    timeout: float = TIMEOUT_S
-    results: list[Result] = field(default_factory=list)
-    error: str | None = None
-    seconds: float = 0.0
-    module: str = PACKAGE_MODULE
-
-    def argv(self) -> list[str]:
-        return [sys.executable, "-m", self.module, self.workload, self.backend, *self.args]
 
 
 def plan(backends: Sequence[str], workloads: Sequence[str], quick: bool,

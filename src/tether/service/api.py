@@ -41,7 +41,8 @@ from ..errors import (
     StoreError,
     TetherError,
 )
-from ..runtime import RunStatus, Runtime
+from ..runtime import Runtime
+from ..types import RunStatus
 from .events import encode, run_events
 from .models import (
     MAX_ID,
@@ -328,10 +329,9 @@ def create_app(
     ) -> RunOut:
         """Start a run (a worker picks it up)."""
         _check_json(body.input, "input")
-        since = await runtime.store.now()
         run = await runtime.start(body.agent, body.input, thread_id=body.thread_id,
                                   idempotency_key=idempotency_key)
-        if run.created_at < since:
+        if not run.created:
             response.status_code = 200
         return RunOut.of(run)
 
@@ -402,8 +402,7 @@ def create_app(
              responses=_errors(401, 404, 422))
     async def list_messages(thread_id: ThreadId) -> MessageList:
         """The run's mailbox: messages not yet consumed by a committed step, oldest first."""
-        if await runtime.store.get_run(thread_id) is None:
-            raise RunNotFound(f"no run with thread_id {thread_id!r}")
+        await runtime.peek(thread_id)  # RunNotFound: a 404
         msgs = await runtime.inbox(thread_id)
         return MessageList(messages=[
             MessageOut(id=m.id, thread_id=thread_id, sender=m.sender, message=m.body,
@@ -418,9 +417,7 @@ def create_app(
     )
     async def follow_run(thread_id: ThreadId) -> EventStream:
         """Follow the run: an initial `status` event, then its events until it is finished."""
-        rec = await runtime.store.get_run(thread_id)
-        if rec is None:  # a 404 before the stream starts
-            raise RunNotFound(f"no run with thread_id {thread_id!r}")
+        rec = await runtime.peek(thread_id)  # RunNotFound: a 404 before the stream starts
 
         async def frames() -> AsyncIterator[bytes]:
             async for ev in run_events(runtime, rec, poll=events_poll,
@@ -452,7 +449,7 @@ def create_app(
         """Liveness and database check (no token needed)."""
         error: str | None = None
         try:
-            await runtime.store.now()
+            await runtime.ping()
         except Exception as exc:
             error = f"database: {exc}"
         task = worker.get("task")
@@ -460,7 +457,7 @@ def create_app(
             error = error or "embedded worker stopped"
         if error is not None:
             response.status_code = 503
-        return Health(status="unavailable" if error else "ok", db=runtime.store.dialect,
+        return Health(status="unavailable" if error else "ok", db=runtime.dialect,
                       version=runtime.version, worker=task is not None, error=error)
 
     # -- OpenAPI ---------------------------------------------------------------------------

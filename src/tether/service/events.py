@@ -17,8 +17,9 @@ from typing import Any
 
 import orjson
 
-from ..runtime import Runtime, run_error
-from ..store.base import TERMINAL, RunRecord
+from ..errors import RunNotFound
+from ..runtime import Runtime
+from ..types import TERMINAL, Run
 
 Event = dict[str, Any]
 
@@ -27,9 +28,9 @@ class _Tracker:
     """What the client has been told so far; turns local events and polled rows into the
     events it has not seen yet."""
 
-    def __init__(self, thread_id: str, rec: RunRecord) -> None:
+    def __init__(self, thread_id: str, rec: Run) -> None:
         self.thread_id = thread_id
-        self.status = rec.status
+        self.status = str(rec.status)
         self.step = rec.step
         self.seen: set[tuple[str, object]] = set()
         self.asked: set[str] = set()  # interrupt ids announced
@@ -68,32 +69,32 @@ class _Tracker:
             self.status = "running"
         return ev
 
-    async def initial(self, runtime: Runtime, rec: RunRecord) -> list[Event]:
+    async def initial(self, runtime: Runtime, rec: Run) -> list[Event]:
         first: Event = {
             "type": "status", "thread_id": self.thread_id, "agent": rec.agent,
-            "status": rec.status, "step": rec.step, "node": rec.node, "version": rec.version,
+            "status": str(rec.status), "step": rec.step, "node": rec.node, "version": rec.version,
             "attempt": rec.attempt, "wake_at": rec.wake_at, "updated_at": rec.updated_at,
         }
         return [first, *await self._settle(runtime, rec, None)]
 
-    async def poll(self, runtime: Runtime, rec: RunRecord) -> list[Event]:
+    async def poll(self, runtime: Runtime, rec: Run) -> list[Event]:
         out: list[Event] = []
         if rec.step > self.step:
             self.step = rec.step
             out.append({"type": "step", "thread_id": self.thread_id, "step": rec.step,
-                        "next_node": rec.node, "status": rec.status})
+                        "next_node": rec.node, "status": str(rec.status)})
         if rec.status != self.status or rec.status in TERMINAL:
-            old, self.status = self.status, rec.status
+            old, self.status = self.status, str(rec.status)
             out += await self._settle(runtime, rec, old)
         return out
 
-    async def _settle(self, runtime: Runtime, rec: RunRecord, old: str | None) -> list[Event]:
+    async def _settle(self, runtime: Runtime, rec: Run, old: str | None) -> list[Event]:
         """Events that describe the run's current status (it changed from `old`)."""
         base: Event = {"thread_id": self.thread_id}
-        status = rec.status
+        status = str(rec.status)
         if status in TERMINAL:
             ev: Event = {**base, "type": status, "step": rec.step}
-            err = run_error(rec.error)
+            err = rec.error
             if err is not None:
                 ev.update(category=err.category, error=f"{err.type}: {err.message}")
             return [ev]
@@ -126,7 +127,7 @@ class _Tracker:
 
 async def run_events(
     runtime: Runtime,
-    rec: RunRecord,
+    rec: Run,
     *,
     poll: float = 0.25,
     keepalive: float = 15.0,
@@ -148,7 +149,10 @@ async def run_events(
     loop = asyncio.get_running_loop()
     try:
         await asyncio.sleep(0)  # the pump subscribes before the row is read: no gap
-        fresh = await runtime.store.get_run(thread_id)
+        try:
+            fresh: Run | None = await runtime.peek(thread_id)
+        except RunNotFound:
+            fresh = None
         tracker = _Tracker(thread_id, fresh or rec)
         last_sent = loop.time()
         for ev in await tracker.initial(runtime, fresh or rec):
@@ -176,10 +180,12 @@ async def run_events(
                 continue
             if draining():
                 return
-            row = await runtime.store.get_run(thread_id)
-            next_poll = loop.time() + poll
-            if row is None:
+            try:
+                row = await runtime.peek(thread_id)
+            except RunNotFound:
                 return
+            finally:
+                next_poll = loop.time() + poll
             for ev in await tracker.poll(runtime, row):
                 last_sent = loop.time()
                 yield ev

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
-from ..runtime import Checkpoint, Interrupt, Run, RunStatus
+from ..types import Checkpoint, Interrupt, Run, RunStatus
 
 MAX_ID = 200
 """thread_id, agent name and idempotency key: the limits runtime.start enforces."""

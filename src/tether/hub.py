@@ -1,0 +1,173 @@
+"""EventHub: one process's live events and waiters of runs.
+
+Two things flow from the workers of a process up to its users, and both go through here so
+that a worker never reaches up into the Runtime:
+
+- live events (`emit`), delivered to the subscribers of the run (`subscribe`: SSE clients,
+  `runtime.subscribe`); nothing is stored, a slow subscriber drops events;
+- finished runs (`notify_finished`), which wake `wait_finished` callers at once, handing over
+  the final state a local worker already holds (so a waiter replays nothing).
+
+Runs driven by a worker elsewhere are noticed by one shared poller, one query per poll interval
+for all waited-for runs. Workers of this process attach themselves (`attach`) so the poller
+skips the runs they drive: those wake their waiters themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .store.base import RunRecord, Store
+from .types import TERMINAL
+
+log = logging.getLogger("tether.hub")
+
+FINAL_EVENTS = frozenset({"completed", "failed", "cancelled"})
+
+
+class Driver(Protocol):
+    """A local worker, as the hub sees it."""
+
+    def driving(self, thread_id: str) -> bool: ...
+
+
+@dataclass(slots=True)
+class Finished:
+    """How a waited-for run ended, as far as this process knows: the `step` and final `state`
+    a local worker handed over and the run's `record` as that step committed it (each None or
+    -1 when the run finished elsewhere, or was cancelled)."""
+
+    step: int = -1
+    state: dict[str, Any] | None = None
+    record: RunRecord | None = None
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """The waiters of one run: woken together; the handed-over state goes to the first."""
+
+    event: asyncio.Event
+    count: int = 0
+    finished: Finished | None = None
+
+
+class EventHub:
+    def __init__(self, store: Store, poll_interval: float) -> None:
+        self._store = store
+        self._poll_interval = poll_interval
+        self._subscribers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
+        self._waiting: dict[str, _Waiting] = {}
+        self._poller: asyncio.Task[None] | None = None
+        self._drivers: list[Driver] = []
+
+    # -- live events -----------------------------------------------------------------------
+
+    async def subscribe(self, thread_id: str) -> AsyncIterator[dict[str, Any]]:
+        """The run's events emitted in this process from now on; ends after a final one."""
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=10_000)
+        self._subscribers.setdefault(thread_id, set()).add(queue)
+        try:
+            while True:
+                event = await queue.get()
+                yield event
+                if event["type"] in FINAL_EVENTS:
+                    return
+        finally:
+            subs = self._subscribers.get(thread_id)
+            if subs is not None:
+                subs.discard(queue)
+                if not subs:
+                    del self._subscribers[thread_id]
+
+    def watched(self, thread_id: str) -> bool:
+        """Someone in this process subscribes to the run's events (else emit() drops them)."""
+        return thread_id in self._subscribers
+
+    def emit(self, thread_id: str, event: dict[str, Any]) -> None:
+        """Deliver an event to this process's subscribers of the run (slow ones drop events)."""
+        subs = self._subscribers.get(thread_id)
+        if not subs:
+            return
+        event = {"thread_id": thread_id, **event}
+        for queue in subs:
+            if not queue.full():
+                queue.put_nowait(event)
+
+    # -- local workers ---------------------------------------------------------------------
+
+    def attach(self, driver: Driver) -> None:
+        self._drivers.append(driver)
+
+    def detach(self, driver: Driver) -> None:
+        self._drivers.remove(driver)
+
+    def driving(self, thread_id: str) -> bool:
+        """A worker of this process runs this run now (so it exists and will notify)."""
+        return any(d.driving(thread_id) for d in self._drivers)
+
+    # -- waiters ---------------------------------------------------------------------------
+
+    def notify_finished(self, thread_id: str, step: int = -1,
+                        state: dict[str, Any] | None = None,
+                        record: RunRecord | None = None) -> None:
+        """Wake the run's waiters. A worker finishing the run hands over its final `state`
+        after `step` (exactly what a replay of the log gives) and, when the store returned
+        it, the run's `record` as committed: then a waiter reads nothing."""
+        entry = self._waiting.get(thread_id)
+        if entry is not None:
+            entry.finished = Finished(step, state, record)
+            entry.event.set()
+
+    async def wait_finished(self, thread_id: str, timeout: float | None) -> Finished:
+        """Until the run's end is notified here or seen by the poller (TimeoutError after
+        `timeout` seconds). Only the first of several waiters gets the handed-over state."""
+        entry = self._waiting.get(thread_id)
+        if entry is None:
+            entry = self._waiting[thread_id] = _Waiting(asyncio.Event())
+        entry.count += 1
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.create_task(self._poll_finished())
+        try:
+            async with asyncio.timeout(timeout):
+                await entry.event.wait()
+        finally:
+            entry.count -= 1
+            if entry.count <= 0 and self._waiting.get(thread_id) is entry:
+                del self._waiting[thread_id]
+        finished = entry.finished or Finished()
+        if finished.state is not None:
+            entry.finished = Finished(finished.step, None, finished.record)
+        return finished
+
+    async def _poll_finished(self) -> None:
+        """Wake waiters whose runs finished elsewhere (another process's worker)."""
+        while self._waiting:
+            # One query covers every waiter, and its cost grows with their number: with many
+            # waiters poll less often, so the poller costs about one 1,000-id lookup per poll
+            # interval. Runs driven by a worker in this process wake their waiters at once.
+            await asyncio.sleep(self._poll_interval * max(1.0, len(self._waiting) / 1000))
+            ids = [tid for tid in self._waiting if not self.driving(tid)]
+            if not ids:
+                continue
+            try:
+                statuses = await self._store.run_statuses(ids)
+            except Exception:  # a store outage must not kill the waiters' only poller
+                log.warning("checking finished runs failed; retrying", exc_info=True)
+                continue
+            for tid in ids:
+                status = statuses.get(tid)
+                if status is None or status in TERMINAL:
+                    self.notify_finished(tid)
+
+    def waited(self) -> frozenset[str]:
+        """The runs someone in this process waits for now (introspection)."""
+        return frozenset(self._waiting)
+
+    def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            self._poller = None

@@ -1,0 +1,155 @@
+"""The value types users get back: Run, RunStatus, RunError, Checkpoint, Effect, Interrupt.
+
+Plain frozen dataclasses with no behaviour beyond formatting: the bottom layer, imported by
+the store, the engine, the runtime and the service alike. Building them from store records
+is the runtime's job (runtime.py), so this module knows nothing of storage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+"""The statuses a run never leaves (as plain strings, the way the store holds them)."""
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"
+    SLEEPING = "sleeping"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def terminal(self) -> bool:
+        return self.value in TERMINAL
+
+
+@dataclass(frozen=True, slots=True)
+class RunError:
+    """Why a run failed: a category (see retry.FailureCategory), the exception and traceback."""
+
+    category: str
+    type: str
+    message: str
+    traceback: str
+
+    def __str__(self) -> str:
+        return f"[{self.category}] {self.type}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    thread_id: str
+    agent: str
+    status: RunStatus
+    state: dict[str, Any]
+    step: int
+    version: str
+    node: str | None
+    attempt: int
+    error: RunError | None
+    created_at: float
+    updated_at: float
+    idempotency_key: str | None = None
+    parent_thread_id: str | None = None
+    forked_from: str | None = None
+    forked_step: int | None = None
+    lease_owner: str | None = None
+    wake_at: float | None = None
+    waiting_for: str | None = None
+    inbox_depth: int | None = None
+    """Unconsumed messages (filled in by runtime.get)."""
+    created: bool = False
+    """True on the Run that runtime.start returned when that call created the run (False when
+    it found the run already there: the same idempotency key or thread_id and input)."""
+
+    @property
+    def actor_state(self) -> str | None:
+        """The actor state of a run that has mail or parks for it: "idle" (parked, no worker
+        held) or "processing" (mail delivered, being claimed or processed). "response" is the
+        moment its replies commit: an event of `runtime.subscribe`, not a lasting state."""
+        if self.waiting_for == "mail":
+            return "idle"
+        if self.status in (RunStatus.RUNNING, RunStatus.QUEUED) and self.inbox_depth:
+            return "processing"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        del out["created"]  # a fact about one start() call, not about the run
+        out["status"] = self.status.value
+        out["actor_state"] = self.actor_state
+        out["error"] = None if self.error is None else {
+            "category": self.error.category, "type": self.error.type,
+            "message": self.error.message, "traceback": self.error.traceback,
+        }
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    thread_id: str
+    step: int
+    node: str
+    next_node: str | None
+    state: dict[str, Any]
+    kind: str
+    worker: str
+    attempt: int
+    started_at: float
+    finished_at: float
+
+    @property
+    def duration(self) -> float:
+        return self.finished_at - self.started_at
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        out["duration"] = self.duration
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """One outbox row: a side effect requested by a step (or a compensation)."""
+
+    thread_id: str
+    key: str
+    name: str
+    step: int
+    payload: Any
+    status: str
+    attempts: int
+    result: Any
+    error: str | None
+    compensates: str | None
+    created_at: float
+    done_at: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True, slots=True)
+class Interrupt:
+    """A question a run asked a person (ctx.interrupt) and, once answered, the answer."""
+
+    id: str
+    thread_id: str
+    step: int
+    payload: Any
+    status: str
+    value: Any
+    created_at: float
+    resolved_at: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
