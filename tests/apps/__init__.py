@@ -137,15 +137,23 @@ class Workers:
 
 
 async def eventually(
-    cond: Callable[[], Awaitable[bool]], *, timeout: float, what: str, workers: Workers
+    check: Callable[[], bool | Awaitable[bool]], what: str = "a condition",
+    timeout: float = 30.0, *, workers: Workers | None = None,
 ) -> None:
-    """Poll `cond` until it holds; fail after `timeout` s, or at once if a worker died."""
+    """Poll `check` (plain or async) until it is true; fail after `timeout` seconds, or at
+    once if one of `workers` died that nobody killed. The suite's one polling helper."""
     deadline = time.monotonic() + timeout
-    while not await cond():
-        workers.check()
+    while True:
+        result = check()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return
+        if workers is not None:
+            workers.check()
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.01)
 
 
 def holds_write_lock(db_url: str) -> bool:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from tether import Agent, Runtime
+
+from . import eventually
+
+__all__ = ["WAIT", "eventually", "make_runtime", "working"]
 
 WAIT = 30.0  # generous: a wait that times out fails the test, it does not hang it
 
@@ -38,16 +41,3 @@ async def working(runtime: Runtime, concurrency: int = 8,
                 await runtime.close()
 
 
-async def eventually(check: Callable[[], bool | Awaitable[bool]], what: str = "a condition",
-                     timeout: float = WAIT) -> None:
-    """Poll `check` (plain or async) until it is true; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)

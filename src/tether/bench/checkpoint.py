@@ -58,7 +58,7 @@ async def w1(backend: str) -> list[Result]:
         probe_before = await raw_commit_probe(url, "probe_before")
         async with runtime:
             stop = asyncio.Event()
-            worker = asyncio.create_task(runtime.work(concurrency=1, stop=stop))
+            worker = asyncio.create_task(runtime.work(concurrency=1, stop=stop, tune=True))
             # Warm-up outside the clock: the worker's first claim, connections, statement caches.
             warm = await runtime.start(w1_agent, {"messages": []}, thread_id="warmup")
             await runtime.wait(warm.thread_id, timeout=W1_RUN_DEADLINE)
@@ -205,7 +205,7 @@ async def w2(backend: str, runs: int) -> list[Result]:
         await runtime.migrate()
         async with runtime:
             stop = asyncio.Event()
-            worker = asyncio.create_task(runtime.work(concurrency=runs, stop=stop))
+            worker = asyncio.create_task(runtime.work(concurrency=runs, stop=stop, tune=True))
             await asyncio.sleep(0)  # the worker is up and polling before the clock starts
             t0_unix, t0, cpu0 = time.time(), time.perf_counter(), time.process_time()
             started = await asyncio.gather(*(

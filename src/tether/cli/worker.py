@@ -33,7 +33,7 @@ def worker(concurrency: int, lease_ttl: float | None, db: str | None, app: str |
               f"agents={','.join(rt.agents)} concurrency={concurrency} "
               f"lease_ttl={rt.settings.lease_ttl}s", flush=True)
         try:
-            await rt.work(concurrency=concurrency, stop=stop)
+            await rt.work(concurrency=concurrency, stop=stop, tune=True)
         finally:
             await rt.close()
         return 0

@@ -237,7 +237,8 @@ def create_app(
         stop = asyncio.Event()
         if worker_concurrency is not None:
             worker["task"] = asyncio.create_task(
-                runtime.work(concurrency=worker_concurrency, stop=stop), name="tether-worker")
+                runtime.work(concurrency=worker_concurrency, stop=stop, tune=True),
+                name="tether-worker")
         try:
             yield
         finally:
