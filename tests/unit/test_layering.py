@@ -19,12 +19,12 @@ SRC = Path(tether.__file__).resolve().parent
 # Lowest first. A module may import modules of its own layer or of layers below it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("values", ("tether.errors", "tether.serde", "tether.config", "tether.retry", "tether.types",
-                "tether.state", "tether.eventloop", "tether.tuning")),
+                "tether.state", "tether.eventloop", "tether.tuning", "tether.extras")),
     ("store", ("tether.store",)),
     ("engine", ("tether.context", "tether.history", "tether.outbox", "tether.agent",
                 "tether.registry", "tether.hub", "tether.worker")),
     ("runtime", ("tether.runtime",)),
-    ("api", ("tether",)),  # the package itself: the public names, re-exported
+    ("api", ("tether",)),  # the package itself (only): the public names, re-exported
     ("apps", ("tether.__main__", "tether.service", "tether.cli", "tether.demo", "tether.bench",
               "tether.testing", "tether.langgraph", "tether.advise", "tether.observe",
               "tether.deploy", "tether.retention")),
@@ -45,7 +45,8 @@ def layer_of(module: str) -> int:
     best: tuple[int, int] | None = None  # (prefix length, rank)
     for rank, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and (
+            inside = module == prefix or (prefix != "tether" and module.startswith(prefix + "."))
+            if inside and (
                     best is None or len(prefix) > best[0]):
                 best = (len(prefix), rank)
     if best is None:
