@@ -19,7 +19,8 @@ SRC = Path(tether.__file__).resolve().parent
 # Lowest first. A module may import modules of its own layer or of layers below it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("values", ("tether.errors", "tether.serde", "tether.config", "tether.retry", "tether.types",
-                "tether.state", "tether.eventloop", "tether.tuning", "tether.extras")),
+                "tether.state", "tether.eventloop", "tether.tuning", "tether.extras",
+                "tether._typed")),
     ("store", ("tether.store",)),
     ("engine", ("tether.context", "tether.history", "tether.outbox", "tether.agent",
                 "tether.registry", "tether.hub", "tether.worker")),
