@@ -15,7 +15,8 @@
     ├── InvalidState                 the run is not in a state that allows this
     ├── EffectError                  an effect handler failed (transactional: the step too)
     ├── LeaseLost                    another worker holds the run now; commit refused
-    └── NondeterminismError          a replayed node made a different call sequence
+    ├── NondeterminismError          a replayed node made a different call sequence
+    └── CallTimeout                  a journaled call outlived its timeout= (also a TimeoutError)
 
 A node task whose run is cancelled or whose lease is lost receives asyncio.CancelledError
 (a BaseException, so `except Exception` in user code does not swallow it).
@@ -86,3 +87,7 @@ class LeaseLost(TetherError):
 
 class NondeterminismError(TetherError):
     """A re-executed node made a call sequence that differs from its journal."""
+
+
+class CallTimeout(TetherError, TimeoutError):
+    """A journaled call took longer than its `timeout=`; retried like a provider timeout."""
