@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .measure import LoadStats
+
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
@@ -428,3 +430,7 @@ class Store(Protocol):
 
     async def checkpoints(self, thread_id: str) -> list[CheckpointRecord]:
         """Every checkpoint row of the run, by step."""
+
+    async def measure(self, window: float) -> LoadStats:
+        """The load over the last `window` seconds (database clock), for the scaling advisor:
+        reads only, a few scans; see store/measure.py."""

@@ -18,8 +18,8 @@ the transaction back whole and it is retried.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 import orjson
 import psycopg
@@ -46,6 +46,8 @@ from .base import (
     new_run_params,
     same_run,
 )
+from .measure import LoadStats
+from .measure import measure as measure_load
 from .migrate import behind_message, latest, migrations
 from .pg_commit import DoneMarks, GroupCommitter
 from .pg_conn import BEGIN, Conn, Params, PgConnections
@@ -554,3 +556,9 @@ class PostgresStore:
     async def checkpoints(self, thread_id: str) -> list[CheckpointRecord]:
         rows = await self._conns.read(self._q["checkpoints"], {"thread_id": thread_id})
         return [_checkpoint(r) for r in rows]
+
+    async def measure(self, window: float) -> LoadStats:
+        async def query(name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+            return [tuple(r) for r in await self._conns.read(self._q[name], dict(params))]
+
+        return await measure_load(query, await self.now(), window)

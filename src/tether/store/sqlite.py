@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import orjson
@@ -34,6 +34,8 @@ from .base import (
     new_run_params,
     same_run,
 )
+from .measure import LoadStats
+from .measure import measure as measure_load
 from .migrate import behind_message, latest, migrations
 from .sqlite_io import Fenced, SQLiteIO, _Connections, parse_sqlite_url
 
@@ -595,6 +597,13 @@ class SQLiteStore(SQLiteIO):
         params = {"thread_id": thread_id, "from_step": 0, "upto": 2**62}
         rows = await self._r(lambda c: c.execute(q, params).fetchall())
         return [_checkpoint(r) for r in rows]
+
+    async def measure(self, window: float) -> LoadStats:
+        async def query(name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+            q = self._q[name]
+            return [tuple(r) for r in await self._r(lambda c: c.execute(q, params).fetchall())]
+
+        return await measure_load(query, await self.now(), window)
 
 
 def apply_migrations(conn: sqlite3.Connection) -> list[int]:

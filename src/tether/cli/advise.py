@@ -1,0 +1,125 @@
+"""`tether advise`: the scaling advisor (docs/advisor.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..advise import Advice, Inputs, Probe, advise, measured_json, parse_duration, probe
+from ..store.measure import LoadStats
+from ._common import connection_options, console, dump, json_option, run, runtime_for
+from ._root import cli
+
+NON_NEGATIVE = click.FloatRange(min=0)
+WHAT_IFS = [
+    ("runs-per-s", "runs started per second, on average"),
+    ("steps-per-run", "super-steps in a run"),
+    ("step-seconds", "seconds a step takes (mostly the LLM call)"),
+    ("human-wait", "seconds the longest run waits for a person"),
+    ("deploys-per-week", "new versions shipped per week"),
+    ("retention-days", "days finished runs must stay readable"),
+]
+
+
+def _what_if_options(f: Any) -> Any:
+    for name, help_ in reversed(WHAT_IFS):
+        f = click.option(f"--{name}", type=NON_NEGATIVE, default=None, metavar="N",
+                         help=f"what if: {help_}")(f)
+    f = click.option("--regions", type=click.IntRange(min=1), default=None, metavar="N",
+                     help="what if: regions the runs must live in")(f)
+    f = click.option("--languages", type=click.IntRange(min=1), default=None, metavar="N",
+                     help="what if: languages the agents are written in")(f)
+    return f
+
+
+@cli.command("advise", help="what to run for your load (measured with --measure, or what-if "
+             "flags), and when it stops being enough")
+@click.option("--measure", is_flag=True, help="read the load from the store (and probe its "
+              "write rate unless --no-probe)")
+@click.option("--window", default="24h", show_default=True, metavar="DURATION",
+              help="how far back --measure looks (e.g. 1h, 24h, 7d)")
+@click.option("--no-probe", is_flag=True, help="skip the write probe (a few seconds of "
+              "commits to a scratch table or file)")
+@click.option("--probe-seconds", type=click.FloatRange(min=0.1, max=30), default=1.0,
+              show_default=True, metavar="SECONDS", help="length of each probe measurement")
+@_what_if_options
+@connection_options
+@json_option
+def advise_cmd(measure: bool, window: str, no_probe: bool, probe_seconds: float,
+               languages: int | None, regions: int | None, db: str | None, app: str | None,
+               verbose: bool, as_json: bool, **what_ifs: float | None) -> int:
+    async def main() -> int:
+        window_s = parse_duration(window)
+        rt = runtime_for(db, app)
+        stats: LoadStats | None = None
+        measured_probe: Probe | None = None
+        try:
+            if measure:
+                await rt.open()
+                stats = await rt.store.measure(window_s)
+                if not no_probe:
+                    measured_probe = await probe(rt.db_url, probe_seconds)
+        finally:
+            await rt.close()
+        values: dict[str, float | None] = {k: v for k, v in what_ifs.items()}
+        values["human_wait"] = values.pop("human_wait", None)
+        values["languages"] = None if languages is None else float(languages)
+        values["regions"] = None if regions is None else float(regions)
+        inputs = Inputs.from_stats(stats).with_what_ifs(values)
+        advice = advise(inputs, rt.dialect, measured_probe)
+        out = _json(advice, inputs, stats, measured_probe, window_s)
+        if as_json:
+            dump(out)
+        else:
+            _print(out)
+        return 0
+
+    return run(main(), verbose)
+
+
+def _json(advice: Advice, inputs: Inputs, stats: LoadStats | None, pr: Probe | None,
+          window_s: float) -> dict[str, Any]:
+    assumed = {name: f.value for name in inputs.__dataclass_fields__
+               if (f := getattr(inputs, name)) is not None and f.source == "assumed"}
+    out: dict[str, Any] = {
+        "recommendation": advice.recommendation,
+        "summary": advice.summary,
+        "reasons": advice.reasons,
+        "headroom": advice.headroom,
+        "settings": advice.settings,
+        "assumed": assumed,
+        "model": advice.model,
+    }
+    if stats is not None:
+        out["measured"] = measured_json(stats)
+        if stats.covered < window_s:
+            out["note"] = (f"the store holds {stats.covered / 3600:.1f} h of data: measured over "
+                           f"that, not the {window_s / 3600:.1f} h window")
+    if pr is not None:
+        out["probe"] = {"commit_ms": pr.commit_ms, "single_rows_per_s": pr.single_rows_per_s,
+                        "batch100_rows_per_s": pr.batch_rows_per_s}
+    return out
+
+
+def _print(out: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    c = console()
+    c.print(f"[bold]Recommendation:[/bold] {out['summary']}  ({out['recommendation']})")
+    for r in out["reasons"]:
+        c.print(f"  - {r}")
+    for h in out["headroom"]:
+        c.print(f"  headroom: {h}")
+    if "note" in out:
+        c.print(f"  note: {out['note']}")
+    for title, key in (("measured", "measured"), ("assumed (what-if)", "assumed"),
+                       ("probe", "probe"), ("suggested settings", "settings")):
+        if not out.get(key):
+            continue
+        table = Table(title=title, title_justify="left")
+        table.add_column("figure")
+        table.add_column("value", justify="right", overflow="fold")
+        for k, v in out[key].items():
+            table.add_row(k, "" if v is None else f"{v:,.4g}" if isinstance(v, float) else str(v))
+        c.print(table)

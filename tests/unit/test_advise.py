@@ -1,0 +1,107 @@
+"""The scaling advisor's decision table on what-if inputs: each branch, and bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from tether.advise import Figure, Inputs, Probe, advise, parse_duration
+from tether.errors import ConfigError
+
+SQLITE_PROBE = Probe(commit_ms=0.12, single_rows_per_s=8_000, batch_rows_per_s=230_000,
+                     dialect="sqlite")
+PG_PROBE = Probe(commit_ms=0.2, single_rows_per_s=4_700, batch_rows_per_s=70_000,
+                 dialect="postgres")
+
+
+def what_if(**values: float) -> Inputs:
+    return Inputs().with_what_ifs(values)
+
+
+def test_several_languages_or_regions_have_outgrown_a_library() -> None:
+    a = advise(what_if(runs_per_s=1, languages=2), "postgres", PG_PROBE)
+    assert a.recommendation == "outgrown"
+    assert "2 languages (assumed)" in a.reasons[0]
+    assert advise(what_if(regions=3), "sqlite", None).recommendation == "outgrown"
+
+
+def test_an_empty_store_without_what_ifs_says_there_is_no_load() -> None:
+    a = advise(Inputs(), "sqlite", SQLITE_PROBE)
+    assert a.recommendation == "sqlite"
+    assert a.reasons[0].startswith("no load to measure")
+
+
+def test_one_short_step_and_no_human_wait_needs_no_durable_engine() -> None:
+    a = advise(what_if(runs_per_s=20, steps_per_run=1, step_seconds=0.2), "postgres", PG_PROBE)
+    assert a.recommendation == "no-durable-engine"
+    assert "steps per run (assumed) is 1" in a.reasons[0]
+    # a person in the loop needs the checkpoint log, however short the run
+    waits = advise(what_if(runs_per_s=20, steps_per_run=1, step_seconds=0.2, human_wait=3600),
+                   "sqlite", SQLITE_PROBE)
+    assert waits.recommendation == "sqlite"
+
+
+def test_a_small_load_stays_on_embedded_sqlite_with_its_headroom() -> None:
+    inputs = what_if(runs_per_s=2, steps_per_run=5, step_seconds=3)
+    a = advise(inputs, "sqlite", SQLITE_PROBE)
+    assert a.recommendation == "sqlite"
+    assert "100 steps/s at the peak" in a.reasons[0] and "rows/s" in a.reasons[0]
+    assert a.model["concurrency"] == pytest.approx(2 * 10 * 5 * 3)
+    assert a.settings["concurrency"] == 300
+    assert any("today's peak" in h for h in a.headroom)
+
+
+def test_measured_growth_gives_the_days_until_the_ceiling() -> None:
+    base = what_if(runs_per_s=2, steps_per_run=5, step_seconds=3)
+    grown = Inputs(**{**{f: getattr(base, f) for f in base.__dataclass_fields__},
+                      "growth_per_day": Figure(1.1, "measured")})
+    a = advise(grown, "sqlite", SQLITE_PROBE)
+    # ceiling: min(230,000, 8,000 x 100) = 230,000 rows/s, half of it planned: 115,000/s;
+    # today's peak 100 steps/s; ln(1150) / ln(1.1) = 73.9, about 74 days
+    assert any("in about 74 days" in h for h in a.headroom), a.headroom
+
+
+def test_past_sqlites_write_ceiling_means_postgres() -> None:
+    slow_disk = Probe(commit_ms=10, single_rows_per_s=100, batch_rows_per_s=2_000, dialect="sqlite")
+    a = advise(what_if(runs_per_s=20, steps_per_run=10, step_seconds=1), "sqlite", slow_disk)
+    assert a.recommendation == "postgres"
+    assert any("of SQLite's measured write ceiling (2,000 rows/s)" in r for r in a.reasons)
+
+
+def test_many_workers_on_postgres() -> None:
+    a = advise(what_if(runs_per_s=50, steps_per_run=20, step_seconds=2), "postgres", PG_PROBE)
+    # peak 500 runs/s x 40 s = 20,000 concurrent; 10,000 steps/s: 2 workers by CPU, 4 by slots
+    assert a.recommendation == "postgres"
+    assert a.summary == "tether on one Postgres with 4 workers of concurrency 5000"
+    assert a.settings["pool_max"] == 10
+
+
+def test_too_many_connections_for_max_connections_means_a_pooler() -> None:
+    base = what_if(runs_per_s=100, steps_per_run=10, step_seconds=10)
+    inputs = Inputs(**{**{f: getattr(base, f) for f in base.__dataclass_fields__},
+                       "max_connections": Figure(100, "measured")})
+    big_pg = Probe(commit_ms=0.2, single_rows_per_s=10_000, batch_rows_per_s=1_000_000,
+                   dialect="postgres")
+    a = advise(inputs, "postgres", big_pg)
+    assert a.recommendation == "postgres-pooler"
+    assert any("max_connections 100 (measured)" in r for r in a.reasons)
+
+
+def test_past_one_postgres_write_ceiling_has_outgrown_it() -> None:
+    a = advise(what_if(runs_per_s=500, steps_per_run=20, step_seconds=0.5), "postgres", PG_PROBE)
+    assert a.recommendation == "outgrown"
+    assert any("this Postgres's measured write ceiling" in r for r in a.reasons)
+
+
+@pytest.mark.parametrize(("flag", "value"), [("runs_per_s", -1.0), ("step_seconds", float("nan")),
+                                              ("languages", 0.0), ("regions", 1.5)])
+def test_bad_what_if_values_are_refused(flag: str, value: float) -> None:
+    with pytest.raises(ConfigError):
+        what_if(**{flag: value})
+
+
+def test_durations() -> None:
+    assert parse_duration("24h") == 86400 and parse_duration("7d") == 7 * 86400
+    assert parse_duration("90") == 90
+    for bad in ("", "x", "-1h", "0s", "1y"):
+        with pytest.raises(ConfigError):
+            parse_duration(bad)
