@@ -9,11 +9,16 @@ comparing encoded bytes, never by trusting the items' equality.
 
 A chain is at most MAX_CHAIN deltas long; a value the cache does not know (another process
 wrote the previous version, or this one restarted) is written whole.
+
+Stored bytes (blobs, writes, checkpoint bodies) of PACK_MIN bytes or more are zlib-compressed
+when that saves at least an eighth; the row's type then ends with "+zlib". Postgres compresses
+only rows over 2 kB, SQLite never, and most of these rows are a few hundred bytes.
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,8 +28,26 @@ from ..errors import StoreError
 MSGPACK = "msgpack"
 MAX_CHAIN = 64
 _CHAIN_GUARD = 100_000  # no chain is longer; a longer walk is a cycle in corrupt rows
+ZLIB = "+zlib"
+PACK_MIN = 96
 _CACHE_ENTRIES = 1024
 _CACHE_MAX_VALUE = 1 << 22  # larger values are not kept in memory to be extended later
+
+
+def pack(type_: str, data: bytes | None) -> tuple[str, bytes | None]:
+    """Stored form of serialized bytes: compressed when that saves at least an eighth."""
+    if data is None or len(data) < PACK_MIN:
+        return type_, data
+    packed = zlib.compress(data, 1)
+    if len(packed) * 8 > len(data) * 7:
+        return type_, data
+    return type_ + ZLIB, packed
+
+
+def unpack(type_: str, data: bytes | None) -> tuple[str, bytes | None]:
+    if type_.endswith(ZLIB) and data is not None:
+        return type_[:-len(ZLIB)], zlib.decompress(data)
+    return type_, data
 
 
 def array_header(data: bytes) -> tuple[int, int] | None:
@@ -60,15 +83,26 @@ class _Known:
 
 @dataclass(frozen=True, slots=True)
 class Blob:
-    """One lg_blobs row to write: `blob` is the delta when `base` is set; `full` is the whole
-    value either way (written instead when the base turns out to be gone)."""
+    """One lg_blobs row to write, stored form (`type`, `blob`: the delta when `base` is set),
+    and the whole serialized value (`raw_type`, `raw`), written instead when the base turns out
+    to be gone."""
 
     channel: str
     version: str
     type: str
     blob: bytes | None
     base: str | None
-    full: bytes | None
+    raw_type: str
+    raw: bytes | None
+
+    @staticmethod
+    def of(channel: str, version: str, type_: str, data: bytes | None,
+           base: str | None = None, delta: bytes | None = None) -> Blob:
+        stored_type, stored = pack(type_, data if base is None else delta)
+        return Blob(channel, version, stored_type, stored, base, type_, data)
+
+    def whole(self) -> Blob:
+        return Blob.of(self.channel, self.version, self.raw_type, self.raw)
 
 
 class BlobCache:
@@ -82,12 +116,12 @@ class BlobCache:
         key = (thread_id, ns, channel)
         if type_ != MSGPACK or data is None or (header := array_header(data)) is None:
             self._known.pop(key, None)
-            return Blob(channel, version, type_, data, None, data)
+            return Blob.of(channel, version, type_, data)
         count, head = header
         prev = self._known.get(key)
         if prev is not None and prev.version == version:  # stored already; the row stays
-            return Blob(channel, version, type_, data, None, data)
-        blob: bytes = data
+            return Blob.of(channel, version, type_, data)
+        delta: bytes | None = None
         base: str | None = None
         depth = 0
         if (prev is not None and prev.depth < MAX_CHAIN
@@ -96,7 +130,7 @@ class BlobCache:
             # The first prev.count items are byte for byte prev's (msgpack items delimit
             # themselves), so the rest are the items appended.
             tail = memoryview(data)[head + len(prev.data) - prev.head:]
-            blob, base, depth = pack_header(count - prev.count) + tail, prev.version, prev.depth + 1
+            delta, base, depth = pack_header(count - prev.count) + tail, prev.version, prev.depth + 1
         if len(data) <= _CACHE_MAX_VALUE:
             self._known[key] = _Known(version, data, count, head, depth)
             self._known.move_to_end(key)
@@ -104,7 +138,7 @@ class BlobCache:
                 self._known.popitem(last=False)
         else:
             self._known.pop(key, None)
-        return Blob(channel, version, type_, blob, base, data)
+        return Blob.of(channel, version, type_, data, base, delta)
 
     def forget(self, thread_id: str, ns: str | None = None) -> None:
         """Drop what is known of a thread (of one namespace): its rows may be gone."""
@@ -115,7 +149,7 @@ class BlobCache:
         self._known.clear()
 
 
-# (channel, version) -> (type, blob, base_version)
+# (channel, version) -> (type, blob, base_version), as stored
 BlobRows = dict[tuple[str, str], tuple[str, "bytes | None", "str | None"]]
 
 
@@ -126,10 +160,11 @@ def assemble(rows: BlobRows, channel: str, version: str) -> tuple[str, bytes | N
     key = (channel, version)
     for _ in range(_CHAIN_GUARD):
         try:
-            type_, blob, base = rows[key]
+            stored_type, stored, base = rows[key]
         except KeyError:
             raise StoreError(f"LangGraph blob {channel!r} version {key[1]!r} is missing: the "
                              "thread was pruned or deleted while it was being written") from None
+        type_, blob = unpack(stored_type, stored)
         if base is None:
             if not parts:
                 return type_, blob

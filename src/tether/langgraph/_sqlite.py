@@ -192,9 +192,7 @@ class SQLiteRows:
             for b in blobs:
                 if b.base is not None and conn.execute(
                         q["blob_exists"], (thread_id, ns, b.channel, b.base)).fetchone() is None:
-                    conn.execute(q["insert_blob"],
-                                 (thread_id, ns, b.channel, b.version, b.type, b.full, None))
-                    continue
+                    b = b.whole()
                 conn.execute(q["insert_blob"],
                              (thread_id, ns, b.channel, b.version, b.type, b.blob, b.base))
             conn.execute(q["insert_checkpoint"], row)

@@ -47,7 +47,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..errors import ConfigError, InvalidState, SerializationError, StoreError
 from ..extras import requires_extra
-from ._blobs import Blob, BlobCache, BlobRows, assemble, garbage
+from ._blobs import BlobCache, BlobRows, assemble, garbage, pack, unpack
 from ._rows import CheckpointRow, Rows
 
 __all__ = ["TetherSaver"]
@@ -318,7 +318,11 @@ class TetherSaver(BaseCheckpointSaver[float]):
 
     async def _tuples(self, rows: Sequence[CheckpointRow]) -> _Tuples:
         loads = self.serde.loads_typed
-        bodies = [loads((row[4], row[5])) for row in rows]
+
+        def load(type_: str, data: bytes | None) -> Any:
+            return loads(unpack(type_, data or b""))  # type: ignore[arg-type]
+
+        bodies = [load(row[4], row[5]) for row in rows]
         blob_keys = [(row[0], row[1], ch, _vkey(v))
                      for row, body in zip(rows, bodies, strict=True)
                      for ch, v in body["channel_versions"].items()]
@@ -331,7 +335,7 @@ class TetherSaver(BaseCheckpointSaver[float]):
         writes: dict[tuple[str, str, str], list[tuple[str, str, Any]]] = {}
         for t, n, c, task_id, channel, type_, blob in writes_rows:
             writes.setdefault((t, n, c), []).append(
-                (task_id, channel, loads((type_, blob or b""))))
+                (task_id, channel, load(type_, blob)))
         out = []
         for (thread_id, ns, cid, parent, _, _, metadata), body in zip(rows, bodies, strict=True):
             space = blobs.get((thread_id, ns), {})
@@ -339,9 +343,7 @@ class TetherSaver(BaseCheckpointSaver[float]):
             for ch, v in body["channel_versions"].items():
                 if (ch, _vkey(v)) not in space:
                     continue
-                type_, data = assemble(space, ch, _vkey(v))
-                if type_ != "empty":
-                    values[ch] = loads((type_, data or b""))
+                values[ch] = loads(assemble(space, ch, _vkey(v)))  # type: ignore[arg-type]
             body["id"] = cid
             body["channel_values"] = values
             out.append(CheckpointTuple(
@@ -364,11 +366,11 @@ class TetherSaver(BaseCheckpointSaver[float]):
         parent = get_checkpoint_id(config)
         values = checkpoint["channel_values"]
         dumps = self.serde.dumps_typed
-        blobs = [self._blobs.encode(thread_id, ns, ch, _vkey(v),
-                                    *(dumps(values[ch]) if ch in values else ("empty", None)))
-                 for ch, v in new_versions.items()]
+        # A version without a value (the channel is empty) has no row: it loads as absent.
+        blobs = [self._blobs.encode(thread_id, ns, ch, _vkey(v), *dumps(values[ch]))
+                 for ch, v in new_versions.items() if ch in values]
         body = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
-        type_, data = dumps(body)
+        type_, data = pack(*dumps(body))
         meta = get_serializable_checkpoint_metadata(config, metadata)
         run_id = meta.get("run_id")
         row = (thread_id, ns, checkpoint["id"], parent, None if run_id is None else str(run_id),
@@ -377,7 +379,7 @@ class TetherSaver(BaseCheckpointSaver[float]):
             if not await self._rows.put(row, thread_id, ns, blobs):
                 # A base this saver extended is gone (pruned, deleted): store whole values.
                 self._blobs.forget(thread_id, ns)
-                whole = [Blob(b.channel, b.version, b.type, b.full, None, b.full) for b in blobs]
+                whole = [b.whole() for b in blobs]
                 if not await self._rows.put(row, thread_id, ns, whole):
                     raise StoreError("a LangGraph checkpoint with whole values was refused")
         except BaseException:
@@ -393,7 +395,7 @@ class TetherSaver(BaseCheckpointSaver[float]):
             raise ValueError("put_writes needs a config with configurable.checkpoint_id")
         dumps = self.serde.dumps_typed
         rows = [(thread_id, ns, checkpoint_id, task_id, WRITES_IDX_MAP.get(ch, idx), ch,
-                 *dumps(value), task_path) for idx, (ch, value) in enumerate(writes)]
+                 *pack(*dumps(value)), task_path) for idx, (ch, value) in enumerate(writes)]
         if rows:
             await self._rows.put_writes(rows, all(ch in WRITES_IDX_MAP for ch, _ in writes))
 
@@ -403,8 +405,9 @@ class TetherSaver(BaseCheckpointSaver[float]):
 
     def _collect(self, bodies: Sequence[tuple[str, bytes]],
                  keys: Sequence[tuple[str, str, str | None]]) -> _Keys:
+        loads = self.serde.loads_typed
         live = {(ch, _vkey(v)) for type_, body in bodies
-                for ch, v in self.serde.loads_typed((type_, body))["channel_versions"].items()}
+                for ch, v in loads(unpack(type_, body))["channel_versions"].items()}  # type: ignore[arg-type]
         return garbage(live, keys)
 
     async def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
