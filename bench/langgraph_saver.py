@@ -8,6 +8,7 @@ saver: saver.setup()`); LangGraph's savers run in the anchor venv at its pinned 
 anchor harness itself, in a subprocess). Each gets a fresh database, removed afterwards.
 
     .venv/bin/python -m bench.langgraph_saver                     # both stores, with anchors
+    .venv/bin/python -m bench.langgraph_saver --repeat 3          # alternating, medians
     .venv/bin/python -m bench.langgraph_saver --backend sqlite --threads 50 --no-anchors
 
 Prints a table: checkpoints/s (super-steps over wall time, as the anchor counts them), the
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import operator
+import statistics
 import subprocess
 import sys
 import time
@@ -102,6 +104,10 @@ def anchor_w1(backend: str, threads: int) -> dict[str, float] | str:
     return {r["metric"]: float(r["value"]) for r in rows}
 
 
+def _median(rows: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.langgraph_saver",
                                      description=__doc__.split("\n\n")[0])
@@ -109,33 +115,47 @@ def main(argv: list[str]) -> int:
                         help="sqlite, postgres or both (comma-separated)")
     parser.add_argument("--threads", type=int, default=W1_THREADS,
                         help=f"W1 threads (default {W1_THREADS}; the anchor runs only that)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of each saver, alternating (medians are shown)")
     parser.add_argument("--no-anchors", action="store_true", help="TetherSaver only")
     args = parser.parse_args(argv)
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     if not backends or any(b not in ("sqlite", "postgres") for b in backends):
         parser.error(f"--backend takes sqlite, postgres or both, got {args.backend!r}")
-    if args.threads < 1:
-        parser.error("--threads must be at least 1")
+    if args.threads < 1 or args.repeat < 1:
+        parser.error("--threads and --repeat must be at least 1")
     lines = [f"W1: {args.threads} threads x {W1_STEPS} super-steps, 256-byte messages, "
-             "graph.invoke(durability='sync')", "",
+             f"graph.invoke(durability='sync'); median of {args.repeat} alternating run(s)", "",
              "| store | saver | checkpoints/s | put p50 ms | bytes on disk | vs LangGraph's |",
              "|---|---|---|---|---|---|"]
     for backend in backends:
-        ours = tether_w1(backend, args.threads)
-        theirs = None if args.no_anchors else anchor_w1(backend, args.threads)
+        ours: list[dict[str, float]] = []
+        theirs: list[dict[str, float]] = []
+        note = ""
+        for _ in range(args.repeat):
+            ours.append(tether_w1(backend, args.threads))
+            print(f"{backend} TetherSaver: {ours[-1]}", file=sys.stderr, flush=True)
+            if not args.no_anchors and not note:
+                got = anchor_w1(backend, args.threads)
+                if isinstance(got, str):
+                    note = got
+                else:
+                    theirs.append(got)
+                    print(f"{backend} LangGraph's: {got}", file=sys.stderr, flush=True)
         name = "SqliteSaver" if backend == "sqlite" else "PostgresSaver"
+        cps, size = _median(ours, "checkpoints_per_s"), _median(ours, "bytes_on_disk")
         versus = ""
-        if isinstance(theirs, dict):
-            versus = (f"{ours['checkpoints_per_s'] / theirs['checkpoints_per_s']:.2f}x as fast, "
-                      f"{ours['bytes_on_disk'] / theirs['bytes_on_disk']:.2f}x the bytes")
-        lines.append(f"| {backend} | TetherSaver | {ours['checkpoints_per_s']:,.1f} | "
-                     f"{ours['latency_p50_ms']:.3f} | {int(ours['bytes_on_disk']):,} | {versus} |")
-        if isinstance(theirs, dict):
-            lines.append(f"| {backend} | {name} | {theirs['checkpoints_per_s']:,.1f} | "
-                         f"{theirs['latency_p50_ms']:.3f} | {int(theirs['bytes_on_disk']):,} | |")
-        elif isinstance(theirs, str):
-            lines.append(f"| {backend} | {name} | | | | {theirs} |")
-        print(lines[-1] if len(lines) > 4 else "", file=sys.stderr, flush=True)
+        if theirs:
+            versus = (f"{cps / _median(theirs, 'checkpoints_per_s'):.2f}x as fast, "
+                      f"{size / _median(theirs, 'bytes_on_disk'):.2f}x the bytes")
+        lines.append(f"| {backend} | TetherSaver | {cps:,.1f} | "
+                     f"{_median(ours, 'latency_p50_ms'):.3f} | {int(size):,} | {versus} |")
+        if theirs:
+            lines.append(f"| {backend} | {name} | {_median(theirs, 'checkpoints_per_s'):,.1f} | "
+                         f"{_median(theirs, 'latency_p50_ms'):.3f} | "
+                         f"{int(_median(theirs, 'bytes_on_disk')):,} | |")
+        elif note:
+            lines.append(f"| {backend} | {name} | | | | {note} |")
     print("\n".join(lines))
     return 0
 

@@ -227,3 +227,36 @@ async def test_metadata_filter_any_key_and_pagination(db_url: str) -> None:
 def cfg_id(thread_id: str, checkpoint_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": "",
                              "checkpoint_id": checkpoint_id}}
+
+
+async def test_writes_commit_without_flush_checkpoints_with(databases: Any) -> None:
+    """Pending writes are committed without waiting for the disk unless sync_writes=True;
+    checkpoints always wait. Observed as the setting each commit ran with."""
+    url = databases.create()
+    for sync_writes, writes_mode in ((False, "off"), (True, "on")):
+        async with TetherSaver.from_conn_string(url, sync_writes=sync_writes) as saver:
+            stored = await saver.aput(cfg(f"s-{sync_writes}"), empty_checkpoint(),
+                                      {"source": "input", "step": -1}, {})
+            if databases.backend == "sqlite":
+                rows: Any = saver._rows
+                assert rows._synchronous == "FULL"
+                await saver.aput_writes(stored, [("a", 1)], "t")
+                assert rows._synchronous == ("FULL" if sync_writes else "NORMAL")
+                await saver.aput(stored, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+                assert rows._synchronous == "FULL"
+                continue
+            # Postgres: the writes statement sets synchronous_commit for its own transaction
+            # (seen here inside an explicit one); the session's setting stays on.
+            from tether.langgraph._postgres import _queries
+
+            with psycopg.connect(url) as pg:
+                pg.execute(_queries()["insert_writes"], {
+                    "thread_id": "s", "ns": "", "checkpoint_id": "c", "task_id": "t",
+                    "task_path": "", "idxs": [0], "channels": ["a"], "types": ["null"],
+                    "blobs": [None], "commit": writes_mode})
+                assert pg.execute("SHOW synchronous_commit").fetchone() == (writes_mode,)
+                pg.rollback()
+                assert pg.execute("SHOW synchronous_commit").fetchone() == ("on",)
+            await saver.aput_writes(stored, [("a", 1)], "t")
+            tup = await saver.aget_tuple(stored)
+            assert tup is not None and tup.pending_writes == [("t", "a", 1)]

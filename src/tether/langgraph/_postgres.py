@@ -80,7 +80,7 @@ class PostgresRows:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def open(self) -> None:
+    async def open(self, *, private_loop: bool) -> None:
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self._conninfo, min_size=1, max_size=self._pool_size, open=False,
             kwargs={"autocommit": True}, timeout=self._timeout * 3, name="tether-langgraph")
@@ -154,13 +154,14 @@ class PostgresRows:
             "bases": [b.base for b in blobs]})
         return bool(rows[0][0] == 0)
 
-    async def put_writes(self, rows: Sequence[tuple[Any, ...]], replace: bool) -> None:
+    async def put_writes(self, rows: Sequence[tuple[Any, ...]], replace: bool,
+                         flush: bool) -> None:
         if not rows:
             return
         thread_id, ns, checkpoint_id, task_id = rows[0][:4]
         await self._exec("upsert_writes" if replace else "insert_writes", {
             "thread_id": thread_id, "ns": ns, "checkpoint_id": checkpoint_id,
-            "task_id": task_id, "task_path": rows[0][8],
+            "task_id": task_id, "task_path": rows[0][8], "commit": "on" if flush else "off",
             "idxs": [r[4] for r in rows], "channels": [r[5] for r in rows],
             "types": [r[6] for r in rows], "blobs": [r[7] for r in rows]})
 

@@ -24,7 +24,9 @@ Collect = Callable[[Sequence[tuple[str, bytes]], Sequence[tuple[str, str, "str |
 class Rows(Protocol):
     dialect: str
 
-    async def open(self) -> None: ...
+    async def open(self, *, private_loop: bool) -> None:
+        """Connect, on the running loop. `private_loop`: the loop is the saver's own (sync
+        graphs), so blocking it for a moment costs nobody else anything."""
 
     async def close(self) -> None: ...
 
@@ -37,9 +39,12 @@ class Rows(Protocol):
         transaction. False (nothing stored) when a delta's base version is gone: the caller
         puts again with full values."""
 
-    async def put_writes(self, rows: Sequence[tuple[Any, ...]], replace: bool) -> None:
+    async def put_writes(self, rows: Sequence[tuple[Any, ...]], replace: bool,
+                         flush: bool) -> None:
         """Store writes (the insert_write columns, all of one task) in one transaction;
-        `replace` overwrites rows with the same (task_id, idx), else those are kept."""
+        `replace` overwrites rows with the same (task_id, idx), else those are kept. `flush`
+        False: the commit does not wait for the disk (the database has them; the next flushed
+        commit, a checkpoint's, makes them durable too)."""
 
     async def delete_thread(self, thread_id: str) -> None: ...
 

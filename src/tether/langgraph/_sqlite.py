@@ -5,7 +5,7 @@ while a commit is in flight are committed together in the next IMMEDIATE transac
 fsync for many checkpoints); reads run on the event loop's thread and see the last committed
 WAL snapshot. WAL with `synchronous=FULL` unless the URL says otherwise (`?synchronous=NORMAL`):
 a checkpoint put is on disk when it returns. An in-memory database is one connection, used on
-the loop's thread.
+the loop's thread, and so are commits on the saver's private loop (sync graphs).
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ class SQLiteRows:
         self._read: sqlite3.Connection | None = None
         self._write: sqlite3.Connection | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._pending: list[tuple[Job, asyncio.Future[Any]]] = []
+        self._pending: list[tuple[Job, asyncio.Future[Any], bool]] = []
+        self._synchronous = sync  # the write connection's setting now
         self._committing = False
         self._idle = asyncio.Event()
         self._idle.set()
@@ -88,11 +89,14 @@ class SQLiteRows:
             raise StoreUnavailable(f"cannot open {self.url}: {exc}") from exc
         return conn
 
-    async def open(self) -> None:
+    async def open(self, *, private_loop: bool) -> None:
         self._loop = asyncio.get_running_loop()
         self._write = self._connect()
         self._read = self._write if self._memory else self._connect()
-        if not self._memory:
+        if not self._memory and not private_loop:
+            # Commits (and their fsync) off a loop that others' coroutines run on. On the
+            # saver's private loop they run inline: a hand-over to another thread costs more
+            # than it frees there.
             self._pool = ThreadPoolExecutor(1, "tether-langgraph-sqlite")
 
     async def close(self) -> None:
@@ -119,11 +123,15 @@ class SQLiteRows:
         except sqlite3.Error as exc:
             raise _error(exc, self.url) from exc
 
-    def _w(self, job: Job) -> asyncio.Future[Any]:
+    def _w(self, job: Job, flush: bool = True) -> asyncio.Future[Any]:
+        """Run `job` in the next group commit. `flush` False: the commit need not wait for the
+        disk (synchronous=NORMAL in WAL mode: it survives a crash of this process, and the
+        next FULL commit, a checkpoint's, syncs the WAL with it); a batch with any flushed job
+        is committed with the URL's setting."""
         if self._write is None or self._loop is None:
             raise StoreError("the saver is not open")
         fut: asyncio.Future[Any] = self._loop.create_future()
-        self._pending.append((job, fut))
+        self._pending.append((job, fut, flush))
         if not self._committing:
             self._committing = True
             self._idle.clear()
@@ -146,6 +154,7 @@ class SQLiteRows:
         cf.add_done_callback(lambda f: loop.call_soon_threadsafe(self._deliver, f.result()))
 
     def _deliver(self, results: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+        """Hand each job's result to its caller, then start the next group commit."""
         for fut, ok, value in results:
             if fut.done():  # the caller was cancelled; the write happened or not, atomically
                 continue
@@ -155,7 +164,7 @@ class SQLiteRows:
                 fut.set_exception(value)
         self._commit_next()
 
-    def _transaction(self, batch: list[tuple[Job, asyncio.Future[Any]]]
+    def _transaction(self, batch: list[tuple[Job, asyncio.Future[Any], bool]]
                      ) -> list[tuple[asyncio.Future[Any], bool, Any]]:
         """Each job in a savepoint of one IMMEDIATE transaction: a job that fails is undone
         alone and gets its error; the others commit. If the transaction itself fails, every
@@ -163,9 +172,15 @@ class SQLiteRows:
         conn = self._write
         assert conn is not None
         done: list[tuple[asyncio.Future[Any], bool, Any]] = []
+        sync = self._sync
+        if sync in ("FULL", "EXTRA") and not any(flush for _, _, flush in batch):
+            sync = "NORMAL"
         try:
+            if sync != self._synchronous:
+                conn.execute(f"PRAGMA synchronous={sync}")
+                self._synchronous = sync
             conn.execute("BEGIN IMMEDIATE")
-            for job, fut in batch:
+            for job, fut, _ in batch:
                 conn.execute("SAVEPOINT job")
                 try:
                     done.append((fut, True, job(conn)))
@@ -179,7 +194,7 @@ class SQLiteRows:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             err = _error(exc, self.url) if isinstance(exc, sqlite3.Error) else exc
-            return [(fut, False, err) for _, fut in batch]
+            return [(fut, False, err) for _, fut, _ in batch]
         return done
 
     # -- writes ----------------------------------------------------------------------------
@@ -200,9 +215,10 @@ class SQLiteRows:
 
         return bool(await self._w(job))
 
-    async def put_writes(self, rows: Sequence[tuple[Any, ...]], replace: bool) -> None:
+    async def put_writes(self, rows: Sequence[tuple[Any, ...]], replace: bool,
+                         flush: bool) -> None:
         sql = self._q["upsert_write" if replace else "insert_write"]
-        await self._w(lambda conn: conn.executemany(sql, rows))
+        await self._w(lambda conn: conn.executemany(sql, rows), flush=flush)
 
     async def delete_thread(self, thread_id: str) -> None:
         q = self._q

@@ -14,9 +14,10 @@ methods called on another loop, and sync methods (from any thread but the saver'
 their coroutine to that loop. `with` opens the saver on a private loop in a daemon thread, so
 sync graphs need no loop of their own.
 
-Storage (migration 0005): one row per checkpoint without its channel values; one row per
-channel version (a value unchanged since the last checkpoint is not written again; a list that
-only grew is written as the items it gained, see _blobs.py); one row per pending write, keyed
+Storage (migration 0005): one row per checkpoint, holding its small scalar channel values
+(None, bools, numbers, short strings) and not the others; one row per version of each other
+channel (a value unchanged since the last checkpoint is not written again; a list that only
+grew is written as the items it gained, see _blobs.py); one row per pending write, keyed
 (task_id, idx) so a task's writes are stored once, special writes (ERROR, INTERRUPT, ...)
 replacing the task's earlier ones. Checkpoint and blob values go through `self.serde`
 (LangGraph's JsonPlusSerializer unless given another); metadata is JSON, filterable on any key.
@@ -76,6 +77,17 @@ def _rows_for(url: str, pool_size: int) -> Rows:
     raise ConfigError(f"unsupported DB URL scheme {scheme!r}: use sqlite:/// or postgresql://")
 
 
+_INLINE_STR = 128
+
+
+def _inline(value: Any) -> bool:
+    """Stored in the checkpoint's own row, not as a blob: a value smaller than a blob row."""
+    kind = type(value)
+    return (value is None or kind is bool or kind is float
+            or (kind is int and -(1 << 63) <= value < 1 << 64)
+            or (kind is str and len(value) <= _INLINE_STR))
+
+
 def _vkey(version: str | int | float) -> str:
     """A channel version as blob key text (versions are compared as values elsewhere)."""
     return version if isinstance(version, str) else repr(version)
@@ -117,12 +129,20 @@ class _LoopThread:
 
 class TetherSaver(BaseCheckpointSaver[float]):
     """A LangGraph checkpointer on tether's store: `sqlite:///path.db`, `sqlite:///:memory:`
-    or `postgresql://...` (`pool_size`: Postgres connections kept, 4 by default)."""
+    or `postgresql://...` (`pool_size`: Postgres connections kept, 4 by default).
+
+    A checkpoint is on disk when put returns (SQLite synchronous=FULL unless the URL says
+    otherwise; Postgres synchronous_commit=on). Pending writes are committed without waiting
+    for the disk unless `sync_writes=True`: the database has them when put_writes returns, so
+    a crash of the process running the graph loses none; the next checkpoint's flush makes
+    them durable; only a crash of the database's host in between (Postgres flushes within
+    ~0.2 s anyway) can lose them, and LangGraph then runs those tasks again."""
 
     def __init__(self, url: str, *, serde: SerializerProtocol | None = None,
-                 pool_size: int = 4) -> None:
+                 pool_size: int = 4, sync_writes: bool = False) -> None:
         super().__init__(serde=serde)
         self.url = url
+        self.sync_writes = sync_writes
         self._rows = _rows_for(url, pool_size)
         self._blobs = BlobCache()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -133,17 +153,17 @@ class TetherSaver(BaseCheckpointSaver[float]):
 
     @classmethod
     def from_conn_string(cls, url: str, *, serde: SerializerProtocol | None = None,
-                         pool_size: int = 4) -> _Opening:
+                         pool_size: int = 4, sync_writes: bool = False) -> _Opening:
         """`async with` (the saver works on the running loop) or `with` (on a private loop
         thread, for sync graphs): open on entry, closed on exit."""
-        return _Opening(cls(url, serde=serde, pool_size=pool_size))
+        return _Opening(cls(url, serde=serde, pool_size=pool_size, sync_writes=sync_writes))
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def aopen(self) -> None:
         if self._loop is not None:
             raise InvalidState("the saver is open already")
-        await self._rows.open()
+        await self._rows.open(private_loop=False)
         self._loop = asyncio.get_running_loop()
 
     async def aclose(self) -> None:
@@ -159,7 +179,8 @@ class TetherSaver(BaseCheckpointSaver[float]):
             raise InvalidState("the saver is open already")
         thread = _LoopThread()
         try:
-            asyncio.run_coroutine_threadsafe(self._rows.open(), thread.loop).result()
+            asyncio.run_coroutine_threadsafe(self._rows.open(private_loop=True),
+                                             thread.loop).result()
         except BaseException:
             thread.stop()
             raise
@@ -323,9 +344,10 @@ class TetherSaver(BaseCheckpointSaver[float]):
             return loads(unpack(type_, data or b""))  # type: ignore[arg-type]
 
         bodies = [load(row[4], row[5]) for row in rows]
+        inlined = [body.pop("channel_values", None) or {} for body in bodies]
         blob_keys = [(row[0], row[1], ch, _vkey(v))
-                     for row, body in zip(rows, bodies, strict=True)
-                     for ch, v in body["channel_versions"].items()]
+                     for row, body, inline in zip(rows, bodies, inlined, strict=True)
+                     for ch, v in body["channel_versions"].items() if ch not in inline]
         writes_rows, blob_rows = await asyncio.gather(
             self._rows.writes_of([row[:3] for row in rows]),
             self._rows.blobs_of(blob_keys) if blob_keys else _none())
@@ -337,10 +359,14 @@ class TetherSaver(BaseCheckpointSaver[float]):
             writes.setdefault((t, n, c), []).append(
                 (task_id, channel, load(type_, blob)))
         out = []
-        for (thread_id, ns, cid, parent, _, _, metadata), body in zip(rows, bodies, strict=True):
+        for (thread_id, ns, cid, parent, _, _, metadata), body, inline in zip(
+                rows, bodies, inlined, strict=True):
             space = blobs.get((thread_id, ns), {})
             values: dict[str, Any] = {}
             for ch, v in body["channel_versions"].items():
+                if ch in inline:
+                    values[ch] = inline[ch]
+                    continue
                 if (ch, _vkey(v)) not in space:
                     continue
                 values[ch] = loads(assemble(space, ch, _vkey(v)))  # type: ignore[arg-type]
@@ -366,10 +392,16 @@ class TetherSaver(BaseCheckpointSaver[float]):
         parent = get_checkpoint_id(config)
         values = checkpoint["channel_values"]
         dumps = self.serde.dumps_typed
-        # A version without a value (the channel is empty) has no row: it loads as absent.
+        # Small scalars ride in the checkpoint's row, every checkpoint; other values of the
+        # versions new here get a blob row each. A version without a value (the channel is
+        # empty) has no row: it loads as absent.
+        inline = {ch: value for ch, value in values.items() if _inline(value)}
         blobs = [self._blobs.encode(thread_id, ns, ch, _vkey(v), *dumps(values[ch]))
-                 for ch, v in new_versions.items() if ch in values]
-        body = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
+                 for ch, v in new_versions.items() if ch in values and ch not in inline]
+        body: dict[str, Any] = {k: v for k, v in checkpoint.items()
+                                if k not in ("channel_values", "id")}
+        if inline:
+            body["channel_values"] = inline
         type_, data = pack(*dumps(body))
         meta = get_serializable_checkpoint_metadata(config, metadata)
         run_id = meta.get("run_id")
@@ -397,7 +429,8 @@ class TetherSaver(BaseCheckpointSaver[float]):
         rows = [(thread_id, ns, checkpoint_id, task_id, WRITES_IDX_MAP.get(ch, idx), ch,
                  *pack(*dumps(value)), task_path) for idx, (ch, value) in enumerate(writes)]
         if rows:
-            await self._rows.put_writes(rows, all(ch in WRITES_IDX_MAP for ch, _ in writes))
+            await self._rows.put_writes(rows, all(ch in WRITES_IDX_MAP for ch, _ in writes),
+                                        self.sync_writes)
 
     async def _delete_thread(self, thread_id: str) -> None:
         await self._rows.delete_thread(thread_id)

@@ -36,6 +36,12 @@ WITH b AS (
 )
 SELECT n FROM missing;
 
+-- fragment: commit_mode
+-- The statement's own transaction commits with synchronous_commit = %(commit)s ('on' or 'off'):
+-- set_config(..., true) holds until that commit. 'off' returns before the WAL flush; the next
+-- synchronous commit (a checkpoint's) flushes the WAL up to itself, these writes included.
+(SELECT set_config('synchronous_commit', %(commit)s, true)) AS commit_mode
+
 -- name: insert_writes
 -- Pending writes are deduplicated by (task_id, idx): a task's write that is stored stays.
 INSERT INTO lg_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type,
@@ -43,7 +49,8 @@ INSERT INTO lg_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, ch
 SELECT %(thread_id)s, %(ns)s, %(checkpoint_id)s, %(task_id)s, w.idx, w.channel, w.type, w.blob,
        %(task_path)s
 FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[])
-     AS w (idx, channel, type, blob)
+     AS w (idx, channel, type, blob),
+     {{commit_mode}}
 ON CONFLICT DO NOTHING;
 
 -- name: upsert_writes
@@ -53,7 +60,8 @@ INSERT INTO lg_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, ch
 SELECT %(thread_id)s, %(ns)s, %(checkpoint_id)s, %(task_id)s, w.idx, w.channel, w.type, w.blob,
        %(task_path)s
 FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[])
-     AS w (idx, channel, type, blob)
+     AS w (idx, channel, type, blob),
+     {{commit_mode}}
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
     channel = excluded.channel, type = excluded.type, blob = excluded.blob,
     task_path = excluded.task_path;
