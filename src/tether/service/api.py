@@ -43,6 +43,7 @@ from ..errors import (
 )
 from ..runtime import Runtime
 from ..types import RunStatus
+from .dashboard import dashboard_router
 from .events import encode, run_events
 from .models import (
     MAX_ID,
@@ -133,7 +134,9 @@ class _Guard:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        if self.token is not None and scope["path"] != "/healthz":
+        path = scope["path"]  # the dashboard (/ui) checks its own session cookie
+        if self.token is not None and path != "/healthz" and not (
+                path == "/ui" or path.startswith("/ui/")):
             scheme, _, cred = headers.get("authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(
                 cred.strip().encode("utf-8", "replace"), self.token
@@ -223,6 +226,7 @@ def create_app(
     worker_concurrency: int | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     events_poll: float = 0.25,
+    read_only: bool = False,
 ) -> FastAPI:
     """The HTTP API over `runtime`. With `token`, every endpoint but /healthz requires
     `Authorization: Bearer <token>`. With `worker_concurrency`, a worker runs inside the
@@ -263,6 +267,8 @@ def create_app(
     )
     app.add_middleware(_Guard, token=token or None, max_body=max_body_bytes)
     app.state.draining = False
+    app.include_router(dashboard_router(runtime, token=token or None, read_only=read_only,
+                                        draining=lambda: app.state.draining))
 
     # -- errors ----------------------------------------------------------------------------
 

@@ -1,0 +1,597 @@
+"""The web dashboard, served under /ui by `tether serve`: server-rendered pages (Jinja2) that
+read without JavaScript, refreshed live with it (htmx + one SSE stream per tab, fed by one
+poller per view: dashboard_live). Every action goes through the same Runtime calls as the
+HTTP API and is logged on the `tether.audit` logger.
+
+Sessions and CSRF: dashboard_auth. Every form posts `application/x-www-form-urlencoded`
+with a `csrf` field; a refused action renders its page again with the reason, status 4xx,
+and has changed nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, quote, urlencode
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+
+from ..errors import InvalidState, ResumeConflict, RunNotFound, SerializationError, TetherError
+from ..runtime import Checkpoint, Run, RunStatus, Runtime
+from .dashboard_auth import COOKIE, SESSION_TTL, UiAuth
+from .dashboard_live import LiveHub
+from .dashboard_render import environment, render, state_diff
+
+log = logging.getLogger("tether.dashboard")
+audit = logging.getLogger("tether.audit")
+
+MAX_ID = 200
+COUNT_CAP = 1000
+"""Counts on the overview stop here ("1000+"): the Runtime has no count query yet."""
+PAGE_SIZES = (20, 50, 100, 200)
+STATIC = {
+    "htmx.min.js": "text/javascript; charset=utf-8",
+    "live.js": "text/javascript; charset=utf-8",
+    "style.css": "text/css; charset=utf-8",
+    "htmx.LICENSE.txt": "text/plain; charset=utf-8",
+}
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' "
+                               "'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+NOTICES = {
+    "cancelled": "Run cancelled.",
+    "resumed": "Answer recorded; the run continues.",
+    "forked": "Forked: this is the new run.",
+    "retried": "Effect queued for another attempt.",
+    "signed-out": "Signed out.",
+}
+
+
+class Refused(Exception):
+    """An action or a page request that cannot be served: shown on the page with `status`."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(slots=True)
+class Visit:
+    """One request's session: its nonce, and the cookie to set if it was just issued."""
+
+    nonce: str
+    new_cookie: str | None
+
+
+def fingerprint(value: Any) -> str:
+    return hashlib.sha1(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+def _check_id(value: str | None, what: str) -> str:
+    if value is None or not value.strip():
+        raise Refused(400, f"{what} is required.")
+    value = value.strip()
+    if len(value) > MAX_ID or "\x00" in value:
+        raise Refused(400, f"{what} must be at most {MAX_ID} characters, without NUL.")
+    return value
+
+
+def encode_cursor(run: Run) -> str:
+    raw = orjson.dumps([run.created_at, run.thread_id])
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[float, str]:
+    bad = Refused(400, "The page cursor in this address is not one the dashboard made; "
+                       "start again from the first page.")
+    try:
+        value = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (binascii.Error, ValueError):
+        raise bad from None
+    if (not isinstance(value, list) or len(value) != 2 or isinstance(value[0], bool)
+            or not isinstance(value[0], (int, float)) or not math.isfinite(value[0])
+            or not isinstance(value[1], str) or not 0 < len(value[1]) <= MAX_ID
+            or "\x00" in value[1]):
+        raise bad
+    return float(value[0]), value[1]
+
+
+@dataclass(frozen=True, slots=True)
+class RunFilter:
+    """The runs list's filter, as it appears in the URL."""
+
+    status: str | None = None
+    agent: str | None = None
+    limit: int = 50
+    cursor: str | None = None
+
+    @classmethod
+    def parse(cls, q: dict[str, str]) -> RunFilter:
+        status = q.get("status") or None
+        if status is not None and status not in RunStatus.__members__.values():
+            raise Refused(400, f"Unknown status {status!r}: choose one of "
+                               f"{', '.join(s.value for s in RunStatus)}.")
+        agent = q.get("agent", "").strip() or None
+        if agent is not None:
+            agent = _check_id(agent, "Agent")
+        raw = q.get("limit") or "50"
+        if not raw.isdigit() or int(raw) not in PAGE_SIZES:
+            raise Refused(400, f"Page size must be one of {', '.join(map(str, PAGE_SIZES))}.")
+        cursor = q.get("cursor") or None
+        if cursor is not None:
+            if len(cursor) > 1024:
+                raise Refused(400, "The page cursor in this address is too long.")
+            decode_cursor(cursor)
+        return cls(status, agent, int(raw), cursor)
+
+    def query(self, **change: Any) -> str:
+        fields = {"status": self.status, "agent": self.agent, "limit": self.limit,
+                  "cursor": self.cursor, **change}
+        if fields["limit"] == 50:
+            fields["limit"] = None
+        return urlencode({k: v for k, v in fields.items() if v is not None})
+
+
+def dashboard_router(
+    runtime: Runtime,
+    *,
+    token: str | None = None,
+    read_only: bool = False,
+    live_poll: float = 0.5,
+    draining: Callable[[], bool] = lambda: False,
+) -> APIRouter:
+    """The dashboard's routes, all under /ui and none in the OpenAPI schema. With `token`,
+    every page and action needs a session made by signing in with it; `read_only` shows the
+    views without any action."""
+    auth = UiAuth(token)
+    hub = LiveHub(live_poll)
+    env = environment()
+    router = APIRouter(include_in_schema=False)
+    static = {name: resources.files("tether.service").joinpath("static", name).read_bytes()
+              for name in STATIC}
+
+    # -- sessions, pages -------------------------------------------------------------------
+
+    def visit(request: Request) -> Visit | None:
+        nonce = auth.session(request.cookies.get(COOKIE))
+        if nonce is not None:
+            return Visit(nonce, None)
+        if auth.required:
+            return None
+        cookie = auth.new_session()
+        nonce = auth.session(cookie)
+        assert nonce is not None
+        return Visit(nonce, cookie)
+
+    def finish(request: Request, resp: Response, v: Visit | None) -> Response:
+        resp.headers.update(SECURITY_HEADERS)
+        if v is not None and v.new_cookie is not None:
+            resp.set_cookie(COOKIE, v.new_cookie, max_age=int(SESSION_TTL), path="/ui",
+                            httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https")
+        return resp
+
+    def to_login(request: Request) -> Response:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return finish(request, RedirectResponse(f"/ui/login?next={quote(target)}", 303), None)
+
+    def page(request: Request, v: Visit | None, name: str, status: int = 200,
+             **ctx: Any) -> Response:
+        notice = NOTICES.get(request.query_params.get("done", ""))
+        base = {
+            "csrf": auth.csrf(v.nonce) if v is not None else "",
+            "can_act": not read_only, "read_only": read_only, "signed_in": auth.required,
+            "now": time.time(), "notice": notice, "error": None, "live": None,
+            "path": request.url.path,
+        }
+        html = render(env, name, {**base, **ctx})
+        return finish(request, HTMLResponse(html, status_code=status), v)
+
+    def view(fn: Callable[[Request, Visit], Awaitable[Response]]) -> Callable[
+            [Request], Awaitable[Response]]:
+        """A GET page: needs a session (or signs one in), renders a Refused as its message."""
+
+        async def handler(request: Request) -> Response:
+            v = visit(request)
+            if v is None:
+                return to_login(request)
+            try:
+                return await fn(request, v)
+            except Refused as exc:
+                return page(request, v, "message.html", exc.status, error=exc.message)
+
+        return handler
+
+    async def form(request: Request) -> tuple[Visit | None, dict[str, str]]:
+        """A POSTed form, its session checked and its CSRF token verified."""
+        v = visit(request)
+        if v is None:
+            raise Refused(401, "Sign in first: this dashboard needs the server's token.")
+        if read_only:
+            raise Refused(403, "This dashboard is read-only (tether serve --read-only): "
+                               "nothing was changed.")
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype != "application/x-www-form-urlencoded":
+            raise Refused(415, "Forms must be sent as application/x-www-form-urlencoded.")
+        try:
+            parsed = parse_qs((await request.body()).decode("utf-8"), keep_blank_values=True,
+                              strict_parsing=False, max_num_fields=20)
+        except (UnicodeDecodeError, ValueError):
+            raise Refused(400, "The form could not be read.") from None
+        fields = {k: vals[-1] for k, vals in parsed.items()}
+        if v.new_cookie is not None or not auth.check_csrf(v.nonce, fields.get("csrf")):
+            raise Refused(403, "This form is stale: its security token belongs to another "
+                               "session. Reload the page and try again. Nothing was changed.")
+        return v, fields
+
+    def done(request: Request, where: str, notice: str) -> Response:
+        return finish(request, RedirectResponse(f"{where}?done={notice}", 303), None)
+
+    def record(request: Request, action: str, **fields: Any) -> None:
+        client = request.client.host if request.client else None
+        audit.info("dashboard %s %s", action, fields,
+                   extra={"action": action, "client": client, **fields})
+
+    # -- data of the views (pages and their live probes share them) -------------------------
+
+    async def overview_data() -> dict[str, Any]:
+        async def count(status: str) -> int:
+            return len(await runtime.list_runs(status=status, limit=COUNT_CAP + 1))
+
+        counts = dict(zip([s.value for s in RunStatus],
+                          await asyncio.gather(*(count(s.value) for s in RunStatus)),
+                          strict=True))
+        pending = await runtime.interrupts(limit=COUNT_CAP + 1)
+        dead = await runtime.effects(status="dead", limit=COUNT_CAP + 1)
+        recent = await runtime.list_runs(limit=10)
+        failed = await runtime.list_runs(status="failed", limit=5)
+        return {"counts": counts, "pending": len(pending), "dead": len(dead),
+                "recent": recent, "failed": failed, "cap": COUNT_CAP,
+                "fp": fingerprint([counts, len(pending), len(dead),
+                                   [(r.thread_id, r.status, r.step) for r in recent]])}
+
+    async def runs_data(f: RunFilter) -> dict[str, Any]:
+        before = decode_cursor(f.cursor) if f.cursor else None
+        try:
+            runs = await runtime.list_runs(status=f.status, agent=f.agent, limit=f.limit + 1,
+                                           before=before)
+        except TetherError as exc:
+            raise Refused(400, str(exc)) from None
+        page_runs = runs[: f.limit]
+        nxt = f.query(cursor=encode_cursor(page_runs[-1])) if len(runs) > f.limit else None
+        return {"runs": page_runs, "filter": f, "next": nxt, "statuses": list(RunStatus),
+                "sizes": PAGE_SIZES, "agents": sorted(runtime.agents),
+                "fp": fingerprint([(r.thread_id, r.status, r.step, r.updated_at)
+                                   for r in page_runs])}
+
+    async def run_live(thread_id: str) -> tuple[Run, list[Any], list[Any], list[Any], str]:
+        try:
+            run = await runtime.get(thread_id)
+        except RunNotFound:
+            raise Refused(404, f"No run with thread_id {thread_id!r}.") from None
+        interrupts = await runtime.interrupts(thread_id=thread_id, status=None, limit=1000)
+        effects = await runtime.effects(thread_id, limit=1000)
+        inbox = await runtime.inbox(thread_id)
+        fp = fingerprint([run.status, run.step, run.updated_at, run.inbox_depth,
+                          [(i.id, i.status) for i in interrupts],
+                          [(e.key, e.status, e.attempts) for e in effects]])
+        return run, interrupts, effects, inbox, fp
+
+    async def run_data(thread_id: str) -> dict[str, Any]:
+        run, interrupts, effects, inbox, fp = await run_live(thread_id)
+        cps = await runtime.checkpoints(thread_id)
+        return {"run": run, "interrupts": interrupts, "effects": effects, "inbox": inbox,
+                "timeline": timeline(cps), "fp": fp,
+                "pending": [i for i in interrupts if i.status == "pending"]}
+
+    async def inbox_data() -> dict[str, Any]:
+        pending = await runtime.interrupts(limit=500)
+        return {"interrupts": pending, "fp": fingerprint([i.id for i in pending])}
+
+    async def effects_data() -> dict[str, Any]:
+        dead = await runtime.effects(status="dead", limit=500)
+        pending = [*await runtime.effects(status="pending", limit=500),
+                   *await runtime.effects(status="running", limit=500)]
+        return {"dead": dead, "pending": pending,
+                "fp": fingerprint([(e.thread_id, e.key, e.status, e.attempts)
+                                   for e in (*dead, *pending)])}
+
+    def probe(topic: str) -> Callable[[], Awaitable[str]] | None:
+        """The live probe of a topic a page named, or None for one no page names."""
+        kind, _, arg = topic.partition(":")
+        if kind == "overview" and not arg:
+            return lambda: _fp(overview_data())
+        if kind == "inbox" and not arg:
+            return lambda: _fp(inbox_data())
+        if kind == "effects" and not arg:
+            return lambda: _fp(effects_data())
+        if kind == "runs":
+            q = {k: v[-1] for k, v in parse_qs(arg).items()}
+            f = RunFilter.parse(q)
+            return lambda: _fp(runs_data(f))
+        if kind == "run" and arg and len(arg) <= MAX_ID:
+            async def run_probe() -> str:
+                return (await run_live(arg))[4]
+            return run_probe
+        return None
+
+    # -- pages -----------------------------------------------------------------------------
+
+    @router.get("/ui")
+    @view
+    async def overview(request: Request, v: Visit) -> Response:
+        data = await overview_data()
+        return page(request, v, "overview.html", nav="overview", live="overview", **data)
+
+    @router.get("/ui/runs")
+    @view
+    async def runs(request: Request, v: Visit) -> Response:
+        f = RunFilter.parse(dict(request.query_params))
+        data = await runs_data(f)
+        return page(request, v, "runs.html", nav="runs", live="runs:" + f.query(), **data)
+
+    @router.get("/ui/go")
+    @view
+    async def go(request: Request, v: Visit) -> Response:
+        tid = _check_id(request.query_params.get("thread_id"), "thread_id")
+        try:
+            await runtime.get(tid)
+        except RunNotFound:
+            raise Refused(404, f"No run with thread_id {tid!r}.") from None
+        return finish(request, RedirectResponse(f"/ui/runs/{quote(tid, safe='')}", 303), v)
+
+    @router.get("/ui/runs/{thread_id:path}")
+    @view
+    async def run_page(request: Request, v: Visit) -> Response:
+        tid = _check_id(request.path_params["thread_id"], "thread_id")
+        data = await run_data(tid)
+        return page(request, v, "run.html", nav="runs", live="run:" + tid, **data)
+
+    @router.get("/ui/interrupts")
+    @view
+    async def inbox(request: Request, v: Visit) -> Response:
+        return page(request, v, "inbox.html", nav="inbox", live="inbox", **await inbox_data())
+
+    @router.get("/ui/effects")
+    @view
+    async def effects(request: Request, v: Visit) -> Response:
+        return page(request, v, "effects.html", nav="effects", live="effects",
+                    **await effects_data())
+
+    @router.get("/ui/deployments")
+    @view
+    async def deployments(request: Request, v: Visit) -> Response:
+        return page(request, v, "unavailable.html", nav="deployments", what="Deployments",
+                    why="this server has no deploy registry yet (versions, routing weights "
+                        "and draining arrive with rainbow deploys).")
+
+    @router.get("/ui/workers")
+    @view
+    async def workers(request: Request, v: Visit) -> Response:
+        return page(request, v, "unavailable.html", nav="workers", what="Workers",
+                    why="workers do not register themselves with the store yet, so the "
+                        "dashboard cannot list them, their slots or their heartbeats.")
+
+    # -- live updates ----------------------------------------------------------------------
+
+    @router.get("/ui/live")
+    async def live(request: Request) -> Response:
+        v = visit(request)
+        if v is None or v.new_cookie is not None:
+            return finish(request, Response("sign in first", 401, media_type="text/plain"),
+                          None)
+        topic = request.query_params.get("topic", "")
+        seen = request.query_params.get("fp", "")
+        try:
+            p = probe(topic) if len(topic) <= 2048 else None
+        except Refused:
+            p = None
+        if p is None:
+            return finish(request, Response("unknown topic", 404, media_type="text/plain"),
+                          None)
+
+        async def frames() -> AsyncIterator[bytes]:
+            yield b"retry: 2000\n\n"
+            async with hub.follow(topic, p, seen) as changes:
+                quiet = 0.0
+                while not draining():
+                    try:
+                        await asyncio.wait_for(changes.get(), 1.0)
+                    except TimeoutError:
+                        quiet += 1.0
+                        if quiet >= 15.0:
+                            quiet = 0.0
+                            yield b": keepalive\n\n"
+                        continue
+                    quiet = 0.0
+                    yield b"event: changed\ndata: {}\n\n"
+
+        resp = StreamingResponse(frames(), media_type="text/event-stream",
+                                 headers={"X-Accel-Buffering": "no"})
+        return finish(request, resp, None)
+
+    @router.get("/ui/static/{name}")
+    async def static_file(name: str) -> Response:
+        if name not in STATIC:
+            return Response("not found", 404, media_type="text/plain")
+        return Response(static[name], media_type=STATIC[name],
+                        headers={"Cache-Control": "public, max-age=3600",
+                                 "X-Content-Type-Options": "nosniff"})
+
+    # -- sign in ---------------------------------------------------------------------------
+
+    def safe_next(target: str | None) -> str:
+        if not target or not target.startswith("/ui") or target.startswith("//") or "\\" in target:
+            return "/ui"
+        return target
+
+    @router.get("/ui/login")
+    async def login_page(request: Request) -> Response:
+        nxt = safe_next(request.query_params.get("next"))
+        if not auth.required or auth.session(request.cookies.get(COOKIE)) is not None:
+            return finish(request, RedirectResponse(nxt, 303), None)
+        return page(request, None, "login.html", nav="", next=nxt)
+
+    @router.post("/ui/login")
+    async def login(request: Request) -> Response:
+        raw = (await request.body()).decode("utf-8", "replace")
+        fields = {k: v[-1] for k, v in parse_qs(raw, max_num_fields=5).items()}
+        nxt = safe_next(fields.get("next"))
+        if not auth.required:
+            return finish(request, RedirectResponse(nxt, 303), None)
+        if not auth.check_token(fields.get("token", "")):
+            audit.info("dashboard sign-in refused", extra={"action": "login-refused"})
+            return page(request, None, "login.html", 401, nav="", next=nxt,
+                        error="Wrong token. Use the token `tether serve` was started with.")
+        record(request, "login")
+        return finish(request, RedirectResponse(nxt, 303), Visit("", auth.new_session()))
+
+    @router.post("/ui/logout")
+    async def logout(request: Request) -> Response:
+        resp = RedirectResponse("/ui/login?next=/ui" if auth.required else "/ui", 303)
+        resp.delete_cookie(COOKIE, path="/ui")
+        return finish(request, resp, None)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def action(fn: Callable[[Request, dict[str, str]], Awaitable[Response]],
+               on_error: Callable[[Request, Visit | None, Refused, dict[str, str]],
+                                  Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        async def handler(request: Request) -> Response:
+            fields: dict[str, str] = {}
+            v = visit(request)
+            try:
+                v, fields = await form(request)
+                return await fn(request, fields)
+            except Refused as exc:
+                return await on_error(request, v, exc, fields)
+
+        return handler
+
+    async def back_to_run(request: Request, v: Visit | None, exc: Refused,
+                          fields: dict[str, str]) -> Response:
+        tid = request.path_params.get("thread_id") or fields.get("thread_id", "")
+        if v is None:
+            return page(request, None, "message.html", exc.status, error=exc.message)
+        try:
+            data = await run_data(_check_id(tid, "thread_id"))
+        except Refused as missing:
+            return page(request, v, "message.html", exc.status,
+                        error=f"{exc.message} {missing.message}" if exc.status != 404
+                        else exc.message)
+        return page(request, v, "run.html", exc.status, nav="runs", live="run:" + tid,
+                    error=exc.message, typed=fields, **data)
+
+    async def back_to(request: Request, v: Visit | None, exc: Refused,
+                      fields: dict[str, str]) -> Response:
+        if fields.get("back") == "run":
+            return await back_to_run(request, v, exc, fields)
+        if v is None:
+            return page(request, None, "message.html", exc.status, error=exc.message)
+        if request.url.path.startswith("/ui/effects"):
+            return page(request, v, "effects.html", exc.status, nav="effects", live="effects",
+                        error=exc.message, **await effects_data())
+        return page(request, v, "inbox.html", exc.status, nav="inbox", live="inbox",
+                    error=exc.message, typed=fields, **await inbox_data())
+
+    async def do_cancel(request: Request, fields: dict[str, str]) -> Response:
+        tid = _check_id(request.path_params["thread_id"], "thread_id")
+        try:
+            await runtime.cancel(tid)
+        except RunNotFound:
+            raise Refused(404, f"No run with thread_id {tid!r}; nothing was cancelled.") from None
+        record(request, "cancel", thread_id=tid)
+        return done(request, f"/ui/runs/{quote(tid, safe='')}", "cancelled")
+
+    async def do_fork(request: Request, fields: dict[str, str]) -> Response:
+        tid = _check_id(request.path_params["thread_id"], "thread_id")
+        raw = fields.get("step", "").strip()
+        if not raw.isdigit():
+            raise Refused(400, f"Step must be a whole number, got {raw!r}; nothing was forked.")
+        try:
+            new = await runtime.fork(tid, int(raw))
+        except RunNotFound:
+            raise Refused(404, f"No run with thread_id {tid!r}; nothing was forked.") from None
+        except InvalidState as exc:
+            raise Refused(409, f"{exc}. Nothing was forked.") from None
+        record(request, "fork", thread_id=tid, step=int(raw), new_thread_id=new.thread_id)
+        return done(request, f"/ui/runs/{quote(new.thread_id, safe='')}", "forked")
+
+    async def do_resume(request: Request, fields: dict[str, str]) -> Response:
+        tid = _check_id(fields.get("thread_id"), "thread_id")
+        iid = fields.get("interrupt_id") or None
+        if iid is not None:
+            iid = _check_id(iid, "interrupt_id")
+        raw = fields.get("value", "")
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise Refused(400, f"Value (JSON) is not valid JSON ({exc}). Nothing was "
+                               "answered.") from None
+        try:
+            await runtime.resume(tid, value, interrupt_id=iid)
+        except ResumeConflict as exc:
+            raise Refused(409, f"Someone answered first: {exc}. Your answer was not "
+                               "recorded.") from None
+        except RunNotFound:
+            raise Refused(404, f"No run with thread_id {tid!r}; nothing was answered.") from None
+        except (InvalidState, SerializationError) as exc:
+            raise Refused(409 if isinstance(exc, InvalidState) else 400,
+                          f"{exc}. Nothing was answered.") from None
+        record(request, "resume", thread_id=tid, interrupt_id=iid)
+        return done(request, f"/ui/runs/{quote(tid, safe='')}", "resumed")
+
+    async def do_retry(request: Request, fields: dict[str, str]) -> Response:
+        key = _check_id(fields.get("key"), "Effect key")
+        tid = _check_id(fields.get("thread_id"), "thread_id")
+        retried = await runtime.retry_effect(key, tid)
+        if not retried:
+            raise Refused(409, f"No dead effect {key!r} in run {tid!r} (it may have been "
+                               "retried already); nothing was changed.")
+        record(request, "retry-effect", thread_id=tid, key=key)
+        where = f"/ui/runs/{quote(tid, safe='')}" if fields.get("back") == "run" else "/ui/effects"
+        return done(request, where, "retried")
+
+    router.add_api_route("/ui/runs/{thread_id:path}/cancel", action(do_cancel, back_to_run),
+                         methods=["POST"])
+    router.add_api_route("/ui/runs/{thread_id:path}/fork", action(do_fork, back_to_run),
+                         methods=["POST"])
+    router.add_api_route("/ui/interrupts/resume", action(do_resume, back_to), methods=["POST"])
+    router.add_api_route("/ui/effects/retry", action(do_retry, back_to), methods=["POST"])
+
+    return router
+
+
+async def _fp(data: Awaitable[dict[str, Any]]) -> str:
+    fp: str = (await data)["fp"]
+    return fp
+
+
+def timeline(cps: list[Checkpoint]) -> list[dict[str, Any]]:
+    """The checkpoint rows of the run page: each step with its diff from the step before
+    (the first step has no earlier checkpoint to compare with) and its duration bar."""
+    longest = max((cp.duration for cp in cps), default=0.0)
+    rows: list[dict[str, Any]] = []
+    prev: dict[str, Any] | None = None
+    for cp in cps:
+        rows.append({"cp": cp, "longest": longest,
+                     "diff": None if prev is None else state_diff(prev, cp.state)})
+        prev = cp.state
+    return rows

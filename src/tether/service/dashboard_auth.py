@@ -1,0 +1,68 @@
+"""Dashboard sessions and CSRF tokens.
+
+A browser cannot send the API's bearer token, so the dashboard has its own session: a cookie
+(HttpOnly, SameSite=Strict, Path=/ui) holding `issued.nonce.mac`, where mac is an HMAC over
+`issued.nonce` with a key derived from the server's token. Nothing is stored server-side: a
+session stays valid across restarts of a server with the same token, becomes invalid when the
+token changes, and expires SESSION_TTL after it was issued. Without a token the key is random
+per process and every visitor gets a session at once (there is nothing to ask for), so forms
+still carry CSRF tokens: another site cannot post to a dashboard on localhost.
+
+Every form carries `csrf` = HMAC(key, "csrf:" + nonce): bound to the session, so a form from
+an older session or another server is refused as stale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import time
+
+COOKIE = "tether_ui"
+SESSION_TTL = 12 * 3600.0
+
+
+class UiAuth:
+    def __init__(self, token: str | None) -> None:
+        self.token = token.encode() if token else None
+        self._key = (hmac.new(self.token, b"tether-dashboard-session", hashlib.sha256).digest()
+                     if self.token else os.urandom(32))
+
+    @property
+    def required(self) -> bool:
+        """The visitor must sign in with the token before anything else."""
+        return self.token is not None
+
+    def check_token(self, given: str) -> bool:
+        return self.token is not None and hmac.compare_digest(
+            given.strip().encode("utf-8", "replace"), self.token)
+
+    def _mac(self, text: str) -> str:
+        return hmac.new(self._key, text.encode(), hashlib.sha256).hexdigest()
+
+    def new_session(self) -> str:
+        body = f"{int(time.time())}.{secrets.token_urlsafe(16)}"
+        return f"{body}.{self._mac(body)}"
+
+    def session(self, cookie: str | None) -> str | None:
+        """The session's nonce if the cookie is one this key issued and has not expired."""
+        if not cookie or len(cookie) > 200:
+            return None
+        issued, _, rest = cookie.partition(".")
+        nonce, _, mac = rest.partition(".")
+        if not (issued.isdigit() and nonce and mac):
+            return None
+        if not hmac.compare_digest(mac, self._mac(f"{issued}.{nonce}")):
+            return None
+        if not 0 <= time.time() - int(issued) < SESSION_TTL:
+            return None
+        return nonce
+
+    def csrf(self, nonce: str) -> str:
+        return self._mac("csrf:" + nonce)
+
+    def check_csrf(self, nonce: str | None, given: str | None) -> bool:
+        return bool(nonce and given) and hmac.compare_digest(
+            str(given), self.csrf(str(nonce)))

@@ -1,0 +1,121 @@
+"""What the dashboard's templates need besides the data: the Jinja2 environment (autoescaped,
+templates shipped in the package), value formatting, and the state diff between two steps."""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+MISSING: Any = object()
+"""The diff's marker for "this path did not exist on that side"."""
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One difference between two states: `path` like `a.b[2]`, `op` added/removed/changed/
+    appended (a list that grew at its end: `new` is the list of items added)."""
+
+    path: str
+    op: str
+    old: Any
+    new: Any
+
+
+def state_diff(old: Any, new: Any, path: str = "") -> list[Change]:
+    """The changes that turn `old` into `new`, by path, dict keys in sorted order. Dicts are
+    compared key by key; a list that only grew at its end is one `appended` change (what
+    `tether.append` does); any other list or value change is one `changed` at its path."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[Change] = []
+        for key in sorted(old.keys() | new.keys(), key=str):
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in new:
+                out.append(Change(sub, "removed", old[key], MISSING))
+            elif key not in old:
+                out.append(Change(sub, "added", MISSING, new[key]))
+            else:
+                out += state_diff(old[key], new[key], sub)
+        return out
+    if _same(old, new):
+        return []
+    if (isinstance(old, list) and isinstance(new, list) and len(new) > len(old)
+            and all(_same(a, b) for a, b in zip(old, new, strict=False))):
+        return [Change(path or "(state)", "appended", old, new[len(old):])]
+    return [Change(path or "(state)", "changed", old, new)]
+
+
+def _same(a: Any, b: Any) -> bool:
+    # 1 == True and 1 == 1.0 in Python, but they are different JSON values.
+    return type(a) is type(b) and a == b
+
+
+def to_json(value: Any, indent: bool = True) -> str:
+    if value is MISSING:
+        return ""
+    opts = orjson.OPT_SORT_KEYS | (orjson.OPT_INDENT_2 if indent else 0)
+    try:
+        return orjson.dumps(value, option=opts).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return repr(value)
+
+
+def short_json(value: Any, limit: int = 120) -> str:
+    text = to_json(value, indent=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def when(ts: float | None) -> str:
+    if ts is None:
+        return ""
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def age(ts: float | None, now: float) -> str:
+    """How long ago `ts` was, in the largest unit that fits: `42s`, `5m`, `3h`, `2d`."""
+    if ts is None:
+        return ""
+    secs = max(0.0, now - ts)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size:
+            return f"{int(secs // size)}{unit}"
+    return f"{int(secs)}s"
+
+
+def duration(secs: float | None) -> str:
+    if secs is None or not math.isfinite(secs):
+        return ""
+    if secs < 1:
+        return f"{secs * 1000:.1f} ms"
+    if secs < 120:
+        return f"{secs:.2f} s"
+    return f"{secs / 60:.1f} min"
+
+
+def bar_width(value: float, largest: float) -> float:
+    """A step's duration bar as a percentage of the longest step's (at least 1 to be seen)."""
+    if largest <= 0 or not math.isfinite(value):
+        return 1.0
+    return max(1.0, min(100.0, 100.0 * value / largest))
+
+
+def environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("tether.service", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(json=to_json, short_json=short_json, when=when, duration=duration)
+    env.globals.update(MISSING=MISSING, age=age, bar_width=bar_width)
+    return env
+
+
+def render(env: Environment, name: str, context: Mapping[str, Any]) -> str:
+    return env.get_template(name).render(**context)

@@ -1,0 +1,71 @@
+"""Agents for the dashboard's browser tests and screenshots (`tether serve --app
+dashboard_app:runtime`, with tests/apps on PYTHONPATH).
+
+`notify` effects fail (and are dead after one attempt) until the file named by
+$DASH_FX_OK exists: a test makes an effect dead, creates the file, and retries it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import tether
+
+approval = tether.Agent("approval")
+
+
+@approval.node(start=True)
+async def draft(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
+    return tether.goto("ask", {"draft": f"reply to {state.get('item', 'x')}",
+                               "log": tether.append(["drafted"])})
+
+
+@approval.node
+async def ask(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
+    answer = ctx.interrupt({"question": f"send {state['draft']!r}?"})
+    return tether.finish({"answer": answer, "log": tether.append(["answered"])})
+
+
+ticker = tether.Agent("ticker")
+
+
+@ticker.node(start=True)
+async def tick(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
+    n = int(state.get("n", 0)) + 1
+    await asyncio.sleep(float(state.get("delay", 0.05)) * (1 + n % 3))
+    update = {"n": n, "seen": tether.append([n]), "last": {"step": ctx.step, "even": n % 2 == 0}}
+    if n >= int(state.get("steps", 3)):
+        return tether.finish(update)
+    return tether.goto("tick", update)
+
+
+notifier = tether.Agent("notifier")
+
+
+@notifier.node(start=True)
+async def notify_node(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
+    ctx.effect("notify", {"to": state.get("to", "ops"), "text": "run done"})
+    return tether.finish({"notified": True})
+
+
+failing = tether.Agent("failing", retry=tether.RetryPolicy(attempts=1))
+
+
+@failing.node(start=True)
+async def boom(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
+    raise RuntimeError("the model returned nonsense")
+
+
+async def notify(payload: dict[str, Any], key: str) -> dict[str, Any]:
+    flag = os.environ.get("DASH_FX_OK", "")
+    if not flag or not os.path.exists(flag):
+        raise ConnectionError(f"mail relay refused {payload['to']!r}")
+    return {"sent": key}
+
+
+DB = os.environ.get("TETHER_DB", "sqlite:///tether.db")
+runtime = tether.Runtime(DB, agents=[approval, ticker, notifier, failing], version="v1",
+                         lease_ttl=2.0, poll_interval=0.1)
+runtime.effect("notify", retry=tether.RetryPolicy(attempts=1))(notify)
