@@ -199,7 +199,8 @@ def dashboard_router(
             "csrf": auth.csrf(v.nonce) if v is not None else "",
             "can_act": not read_only, "read_only": read_only, "signed_in": auth.required,
             "now": time.time(), "notice": notice, "error": None, "live": None,
-            "path": request.url.path,
+            "path": request.url.path, "fp": "",
+            "nav": "-" if v is not None else "",  # no navigation before signing in
         }
         html = render(env, name, {**base, **ctx})
         return finish(request, HTMLResponse(html, status_code=status), v)
