@@ -10,8 +10,9 @@ from importlib import resources
 import pytest
 
 from tether.service import dashboard_auth
-from tether.service.dashboard import STATIC, Refused, RunFilter, decode_cursor
+from tether.service.dashboard import STATIC
 from tether.service.dashboard_auth import UiAuth
+from tether.service.dashboard_input import Refused, RunFilter, decode_cursor, encode_cursor
 from tether.service.dashboard_live import LiveHub
 from tether.service.dashboard_render import MISSING, Change, age, environment, state_diff
 
@@ -104,8 +105,6 @@ def test_runs_filter_refuses_bad_input_plainly(query: dict[str, str], message: s
 
 
 def test_cursor_decodes_what_it_encoded() -> None:
-    from tether.service.dashboard import encode_cursor
-
     class R:
         created_at = 1790000000.25
         thread_id = "t-1"

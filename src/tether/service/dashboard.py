@@ -11,17 +11,14 @@ and has changed nothing.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import hashlib
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qs, quote, urlencode
+from urllib.parse import parse_qs, quote
 
 import orjson
 from fastapi import APIRouter, Request
@@ -30,16 +27,23 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response, Streamin
 from ..errors import InvalidState, ResumeConflict, RunNotFound, SerializationError, TetherError
 from ..runtime import Checkpoint, Run, RunStatus, Runtime
 from .dashboard_auth import COOKIE, SESSION_TTL, UiAuth
+from .dashboard_input import (
+    MAX_ID,
+    PAGE_SIZES,
+    Refused,
+    RunFilter,
+    check_id,
+    decode_cursor,
+    encode_cursor,
+)
 from .dashboard_live import LiveHub
 from .dashboard_render import environment, render, state_diff
 
 log = logging.getLogger("tether.dashboard")
 audit = logging.getLogger("tether.audit")
 
-MAX_ID = 200
 COUNT_CAP = 1000
 """Counts on the overview stop here ("1000+"): the Runtime has no count query yet."""
-PAGE_SIZES = (20, 50, 100, 200)
 STATIC = {
     "htmx.min.js": "text/javascript; charset=utf-8",
     "live.js": "text/javascript; charset=utf-8",
@@ -63,15 +67,6 @@ NOTICES = {
 }
 
 
-class Refused(Exception):
-    """An action or a page request that cannot be served: shown on the page with `status`."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 @dataclass(slots=True)
 class Visit:
     """One request's session: its nonce, and the cookie to set if it was just issued."""
@@ -82,71 +77,6 @@ class Visit:
 
 def fingerprint(value: Any) -> str:
     return hashlib.sha1(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
-
-
-def _check_id(value: str | None, what: str) -> str:
-    if value is None or not value.strip():
-        raise Refused(400, f"{what} is required.")
-    value = value.strip()
-    if len(value) > MAX_ID or "\x00" in value:
-        raise Refused(400, f"{what} must be at most {MAX_ID} characters, without NUL.")
-    return value
-
-
-def encode_cursor(run: Run) -> str:
-    raw = orjson.dumps([run.created_at, run.thread_id])
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[float, str]:
-    bad = Refused(400, "The page cursor in this address is not one the dashboard made; "
-                       "start again from the first page.")
-    try:
-        value = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (binascii.Error, ValueError):
-        raise bad from None
-    if (not isinstance(value, list) or len(value) != 2 or isinstance(value[0], bool)
-            or not isinstance(value[0], (int, float)) or not math.isfinite(value[0])
-            or not isinstance(value[1], str) or not 0 < len(value[1]) <= MAX_ID
-            or "\x00" in value[1]):
-        raise bad
-    return float(value[0]), value[1]
-
-
-@dataclass(frozen=True, slots=True)
-class RunFilter:
-    """The runs list's filter, as it appears in the URL."""
-
-    status: str | None = None
-    agent: str | None = None
-    limit: int = 50
-    cursor: str | None = None
-
-    @classmethod
-    def parse(cls, q: dict[str, str]) -> RunFilter:
-        status = q.get("status") or None
-        if status is not None and status not in RunStatus.__members__.values():
-            raise Refused(400, f"Unknown status {status!r}: choose one of "
-                               f"{', '.join(s.value for s in RunStatus)}.")
-        agent = q.get("agent", "").strip() or None
-        if agent is not None:
-            agent = _check_id(agent, "Agent")
-        raw = q.get("limit") or "50"
-        if not raw.isdigit() or int(raw) not in PAGE_SIZES:
-            raise Refused(400, f"Page size must be one of {', '.join(map(str, PAGE_SIZES))}.")
-        cursor = q.get("cursor") or None
-        if cursor is not None:
-            if len(cursor) > 1024:
-                raise Refused(400, "The page cursor in this address is too long.")
-            decode_cursor(cursor)
-        return cls(status, agent, int(raw), cursor)
-
-    def query(self, **change: Any) -> str:
-        fields = {"status": self.status, "agent": self.agent, "limit": self.limit,
-                  "cursor": self.cursor, **change}
-        if fields["limit"] == 50:
-            fields["limit"] = None
-        return urlencode({k: v for k, v in fields.items() if v is not None})
 
 
 def dashboard_router(
@@ -351,7 +281,7 @@ def dashboard_router(
     @router.get("/ui/go")
     @view
     async def go(request: Request, v: Visit) -> Response:
-        tid = _check_id(request.query_params.get("thread_id"), "thread_id")
+        tid = check_id(request.query_params.get("thread_id"), "thread_id")
         try:
             await runtime.get(tid)
         except RunNotFound:
@@ -361,7 +291,7 @@ def dashboard_router(
     @router.get("/ui/runs/{thread_id:path}")
     @view
     async def run_page(request: Request, v: Visit) -> Response:
-        tid = _check_id(request.path_params["thread_id"], "thread_id")
+        tid = check_id(request.path_params["thread_id"], "thread_id")
         data = await run_data(tid)
         return page(request, v, "run.html", nav="runs", live="run:" + tid, **data)
 
@@ -492,7 +422,7 @@ def dashboard_router(
         if v is None:
             return page(request, None, "message.html", exc.status, error=exc.message)
         try:
-            data = await run_data(_check_id(tid, "thread_id"))
+            data = await run_data(check_id(tid, "thread_id"))
         except Refused as missing:
             return page(request, v, "message.html", exc.status,
                         error=f"{exc.message} {missing.message}" if exc.status != 404
@@ -513,7 +443,7 @@ def dashboard_router(
                     error=exc.message, typed=fields, **await inbox_data())
 
     async def do_cancel(request: Request, fields: dict[str, str]) -> Response:
-        tid = _check_id(request.path_params["thread_id"], "thread_id")
+        tid = check_id(request.path_params["thread_id"], "thread_id")
         try:
             await runtime.cancel(tid)
         except RunNotFound:
@@ -522,7 +452,7 @@ def dashboard_router(
         return done(request, f"/ui/runs/{quote(tid, safe='')}", "cancelled")
 
     async def do_fork(request: Request, fields: dict[str, str]) -> Response:
-        tid = _check_id(request.path_params["thread_id"], "thread_id")
+        tid = check_id(request.path_params["thread_id"], "thread_id")
         raw = fields.get("step", "").strip()
         if not raw.isdigit():
             raise Refused(400, f"Step must be a whole number, got {raw!r}; nothing was forked.")
@@ -536,10 +466,10 @@ def dashboard_router(
         return done(request, f"/ui/runs/{quote(new.thread_id, safe='')}", "forked")
 
     async def do_resume(request: Request, fields: dict[str, str]) -> Response:
-        tid = _check_id(fields.get("thread_id"), "thread_id")
+        tid = check_id(fields.get("thread_id"), "thread_id")
         iid = fields.get("interrupt_id") or None
         if iid is not None:
-            iid = _check_id(iid, "interrupt_id")
+            iid = check_id(iid, "interrupt_id")
         raw = fields.get("value", "")
         try:
             value = orjson.loads(raw)
@@ -560,8 +490,8 @@ def dashboard_router(
         return done(request, f"/ui/runs/{quote(tid, safe='')}", "resumed")
 
     async def do_retry(request: Request, fields: dict[str, str]) -> Response:
-        key = _check_id(fields.get("key"), "Effect key")
-        tid = _check_id(fields.get("thread_id"), "thread_id")
+        key = check_id(fields.get("key"), "Effect key")
+        tid = check_id(fields.get("thread_id"), "thread_id")
         retried = await runtime.retry_effect(key, tid)
         if not retried:
             raise Refused(409, f"No dead effect {key!r} in run {tid!r} (it may have been "
@@ -576,6 +506,12 @@ def dashboard_router(
                          methods=["POST"])
     router.add_api_route("/ui/interrupts/resume", action(do_resume, back_to), methods=["POST"])
     router.add_api_route("/ui/effects/retry", action(do_retry, back_to), methods=["POST"])
+
+    @router.get("/ui/{rest:path}")
+    @view
+    async def unknown(request: Request, v: Visit) -> Response:
+        # Last: behind the session like every page, so a stranger learns no path exists.
+        raise Refused(404, f"There is no dashboard page at {request.url.path!r}.")
 
     return router
 
