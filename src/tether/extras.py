@@ -18,7 +18,8 @@ from .errors import ConfigError
 # passes through unchanged.
 EXTRAS: Final[dict[str, tuple[str, ...]]] = {
     "postgres": ("psycopg", "psycopg_pool", "psycopg_binary"),
-    "server": ("fastapi", "starlette", "uvicorn", "pydantic", "pydantic_core"),
+    "server": ("fastapi", "starlette", "uvicorn", "pydantic", "pydantic_core", "jinja2",
+               "markupsafe"),
     "langgraph": ("langgraph", "langchain_core", "ormsgpack"),
 }
 

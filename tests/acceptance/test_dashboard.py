@@ -351,3 +351,29 @@ def test_bad_input_in_every_form_is_refused_plainly(server: Server,
         assert {r["thread_id"] for r in c.get("/runs").json()["runs"]} == before
         [pending] = c.get("/interrupts", params={"thread_id": tid}).json()["interrupts"]
         assert pending["status"] == "pending"
+
+
+def test_read_only_serves_views_without_actions(procs: Procs, context: BrowserContext) -> None:
+    writer = procs.serve(app=APP)
+    procs.worker(app=APP)
+    viewer = procs.serve("--read-only", app=APP)
+    with writer.client() as c, viewer.client() as ro:
+        tid = start(c, "approval", {"item": "y"})
+        wait_status(c, tid, "waiting")
+        assert ro.post("/runs", json={"agent": "ticker", "input": {}}).json()["error"][
+            "type"] == "ReadOnly"
+        assert ro.post(f"/runs/{tid}/cancel").status_code == 403
+
+        page = context.new_page()
+        page.goto(f"{viewer.base_url}/ui/runs/{tid}")
+        expect(status_badge(page)).to_have_text("waiting")
+        expect(page.locator(".badge.ro")).to_have_text("read-only")
+        expect(page.locator("pre.payload")).to_contain_text("send 'reply to y'?")
+        expect(page.locator("main form")).to_have_count(0)
+        page.goto(f"{viewer.base_url}/ui/interrupts")
+        expect(page.locator("li.interrupt")).to_have_count(1)
+        expect(page.get_by_role("button", name="Resume")).to_have_count(0)
+
+        r = httpx.post(f"{viewer.base_url}/ui/runs/{tid}/cancel", data={"csrf": "x"})
+        assert r.status_code == 403 and "read-only" in r.text
+        assert c.get(f"/runs/{tid}").json()["status"] == "waiting"

@@ -27,19 +27,22 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-@cli.command("serve", help="run the HTTP API (FastAPI + uvicorn)")
+@cli.command("serve", help="run the HTTP API and the dashboard (FastAPI + uvicorn)")
 @click.option("--host", default="127.0.0.1",
               help="address to bind (default 127.0.0.1; any other needs a token)")
 @click.option("--port", type=PORT, default=8000, show_default=True, help="port to listen on")
 @click.option("--token", help="bearer token clients must send (default $TETHER_TOKEN)")
 @click.option("--worker", is_flag=True, help="also run a worker in this process")
+@click.option("--read-only", is_flag=True,
+              help="serve views only: the dashboard shows no actions and the API refuses writes")
 @click.option("--concurrency", type=POSITIVE_INT, default=100, show_default=True,
               help="the embedded worker's concurrency")
 @click.option("--lease-ttl", type=POSITIVE_FLOAT, default=None,
               help="the embedded worker's lease TTL in seconds")
 @connection_options
-def serve(host: str, port: int, token: str | None, worker: bool, concurrency: int,
-          lease_ttl: float | None, db: str | None, app: str | None, verbose: bool) -> int:
+def serve(host: str, port: int, token: str | None, worker: bool, read_only: bool,
+          concurrency: int, lease_ttl: float | None, db: str | None, app: str | None,
+          verbose: bool) -> int:
     async def main() -> int:
         with requires_extra("server", "tether serve"):
             import uvicorn
@@ -56,7 +59,8 @@ def serve(host: str, port: int, token: str | None, worker: bool, concurrency: in
         if lease_ttl is not None:
             rt = rt.with_db(rt.db_url, lease_ttl=lease_ttl)
         await rt.open()  # a missing schema or unreachable database is a clear error
-        asgi = create_app(rt, token=bearer, worker_concurrency=concurrency if worker else None)
+        asgi = create_app(rt, token=bearer, worker_concurrency=concurrency if worker else None,
+                          read_only=read_only)
         config = uvicorn.Config(
             asgi, host=host, port=port, lifespan="on", access_log=verbose,
             log_level="info" if verbose else "warning", timeout_graceful_shutdown=5,
@@ -73,7 +77,8 @@ def serve(host: str, port: int, token: str | None, worker: bool, concurrency: in
         previous = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGTERM, signal.SIGINT)}
         print(f"tether serve: http://{host}:{port} db={redact(rt.db_url)} "
               f"version={rt.version} worker={'on' if worker else 'off'} "
-              f"auth={'token' if bearer else 'none'}", flush=True)
+              f"auth={'token' if bearer else 'none'}{' read-only' if read_only else ''} "
+              f"dashboard=http://{host}:{port}/ui", flush=True)
         try:
             await server.serve()
         finally:

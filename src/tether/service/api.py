@@ -124,10 +124,12 @@ class _Guard:
     """Bearer-token check (all paths but /healthz) and the request body limit, in front of
     everything, so unauthenticated clients learn nothing (not even which paths exist)."""
 
-    def __init__(self, app: ASGIApp, token: str | None, max_body: int) -> None:
+    def __init__(self, app: ASGIApp, token: str | None, max_body: int,
+                 read_only: bool = False) -> None:
         self.app = app
         self.token = token.encode() if token else None
         self.max_body = max_body
+        self.read_only = read_only
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -146,6 +148,11 @@ class _Guard:
                                       headers={"WWW-Authenticate": "Bearer"})
                 await resp(scope, receive, send)
                 return
+        if self.read_only and scope["method"] not in ("GET", "HEAD", "OPTIONS") and not (
+                path == "/ui" or path.startswith("/ui/")):  # the dashboard says it itself
+            await error_response(403, "ReadOnly", "this server is read-only (--read-only)")(
+                scope, receive, send)
+            return
         length = headers.get("content-length")
         if length is not None:
             if not length.isdigit():
@@ -228,9 +235,11 @@ def create_app(
     events_poll: float = 0.25,
     read_only: bool = False,
 ) -> FastAPI:
-    """The HTTP API over `runtime`. With `token`, every endpoint but /healthz requires
-    `Authorization: Bearer <token>`. With `worker_concurrency`, a worker runs inside the
-    server's event loop for the app's lifetime (stopped cleanly on shutdown)."""
+    """The HTTP API over `runtime`, and the dashboard under /ui. With `token`, every endpoint
+    but /healthz requires `Authorization: Bearer <token>` (the dashboard asks for it once).
+    `read_only` refuses every request that would change something. With
+    `worker_concurrency`, a worker runs inside the server's event loop for the app's lifetime
+    (stopped cleanly on shutdown)."""
     if worker_concurrency is not None and worker_concurrency < 1:
         raise ConfigError(f"worker_concurrency must be >= 1, got {worker_concurrency}")
     worker: dict[str, asyncio.Task[None]] = {}
@@ -265,7 +274,7 @@ def create_app(
         lifespan=lifespan,
         generate_unique_id_function=lambda route: route.name,
     )
-    app.add_middleware(_Guard, token=token or None, max_body=max_body_bytes)
+    app.add_middleware(_Guard, token=token or None, max_body=max_body_bytes, read_only=read_only)
     app.state.draining = False
     app.include_router(dashboard_router(runtime, token=token or None, read_only=read_only,
                                         draining=lambda: app.state.draining))

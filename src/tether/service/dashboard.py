@@ -11,6 +11,7 @@ and has changed nothing.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import time
@@ -213,14 +214,16 @@ def dashboard_router(
                                    for r in page_runs])}
 
     async def run_live(thread_id: str) -> tuple[Run, list[Any], list[Any], list[Any], str]:
+        """The run's row (peek: no state), interrupts, effects, mail and their fingerprint:
+        what the live probe of a run page reads every poll."""
         try:
-            run = await runtime.get(thread_id)
+            run = await runtime.peek(thread_id)
         except RunNotFound:
             raise Refused(404, f"No run with thread_id {thread_id!r}.") from None
         interrupts = await runtime.interrupts(thread_id=thread_id, status=None, limit=1000)
         effects = await runtime.effects(thread_id, limit=1000)
         inbox = await runtime.inbox(thread_id)
-        fp = fingerprint([run.status, run.step, run.updated_at, run.inbox_depth,
+        fp = fingerprint([run.status, run.step, run.updated_at, len(inbox),
                           [(i.id, i.status) for i in interrupts],
                           [(e.key, e.status, e.attempts) for e in effects]])
         return run, interrupts, effects, inbox, fp
@@ -228,6 +231,13 @@ def dashboard_router(
     async def run_data(thread_id: str) -> dict[str, Any]:
         run, interrupts, effects, inbox, fp = await run_live(thread_id)
         cps = await runtime.checkpoints(thread_id)
+        # The state after the last checkpoint is the run's state; before its first step it
+        # is the input, which only get() reads.
+        current = cps[-1] if cps else None
+        if current is not None and current.step == run.step:
+            run = dataclasses.replace(run, state=current.state, inbox_depth=len(inbox))
+        else:
+            run = dataclasses.replace(await runtime.get(thread_id), inbox_depth=len(inbox))
         return {"run": run, "interrupts": interrupts, "effects": effects, "inbox": inbox,
                 "timeline": timeline(cps), "fp": fp,
                 "pending": [i for i in interrupts if i.status == "pending"]}
