@@ -11,6 +11,11 @@ that a worker never reaches up into the Runtime:
 Runs driven by a worker elsewhere are noticed by one shared poller, one query per poll interval
 for all waited-for runs. Workers of this process attach themselves (`attach`) so the poller
 skips the runs they drive: those wake their waiters themselves.
+
+Waiting until a run reaches a status that is not terminal (`wait_status`: `waiting`, say) goes
+through the same poller, for every run, local or not: a worker tells the hub only when a run
+finishes, so such a waiter learns of a park within one poll interval (the step loop stays as it
+is). A run that finishes first wakes it at once, as it can then never reach the status.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ class EventHub:
         self._poll_interval = poll_interval
         self._subscribers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
         self._waiting: dict[str, _Waiting] = {}
+        self._status_waiting: dict[str, list[tuple[frozenset[str], asyncio.Event]]] = {}
         self._poller: asyncio.Task[None] | None = None
         self._drivers: list[Driver] = []
 
@@ -121,6 +127,8 @@ class EventHub:
         if entry is not None:
             entry.finished = Finished(step, state, record)
             entry.event.set()
+        for _, event in self._status_waiting.get(thread_id, ()):
+            event.set()
 
     async def wait_finished(self, thread_id: str, timeout: float | None) -> Finished:
         """Until the run's end is notified here or seen by the poller (TimeoutError after
@@ -129,8 +137,7 @@ class EventHub:
         if entry is None:
             entry = self._waiting[thread_id] = _Waiting(asyncio.Event())
         entry.count += 1
-        if self._poller is None or self._poller.done():
-            self._poller = asyncio.create_task(self._poll_finished())
+        self._start_poller()
         try:
             async with asyncio.timeout(timeout):
                 await entry.event.wait()
@@ -143,14 +150,37 @@ class EventHub:
             entry.finished = Finished(finished.step, None, finished.record)
         return finished
 
-    async def _poll_finished(self) -> None:
-        """Wake waiters whose runs finished elsewhere (another process's worker)."""
-        while self._waiting:
+    async def wait_status(self, thread_id: str, statuses: frozenset[str],
+                          timeout: float | None) -> None:
+        """Until the poller sees the run in one of `statuses` (or gone), or its end is
+        notified here (TimeoutError after `timeout` seconds). The caller reads the run."""
+        entry = (statuses, asyncio.Event())
+        self._status_waiting.setdefault(thread_id, []).append(entry)
+        self._start_poller()
+        try:
+            async with asyncio.timeout(timeout):
+                await entry[1].wait()
+        finally:
+            waiters = self._status_waiting[thread_id]
+            waiters.remove(entry)
+            if not waiters:
+                del self._status_waiting[thread_id]
+
+    def _start_poller(self) -> None:
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.create_task(self._poll())
+
+    async def _poll(self) -> None:
+        """Wake waiters whose runs finished elsewhere (another process's worker), and status
+        waiters whose runs reached a wanted status (anywhere)."""
+        while self._waiting or self._status_waiting:
             # One query covers every waiter, and its cost grows with their number: with many
             # waiters poll less often, so the poller costs about one 1,000-id lookup per poll
             # interval. Runs driven by a worker in this process wake their waiters at once.
-            await asyncio.sleep(self._poll_interval * max(1.0, len(self._waiting) / 1000))
-            ids = [tid for tid in self._waiting if not self.driving(tid)]
+            n = len(self._waiting) + len(self._status_waiting)
+            await asyncio.sleep(self._poll_interval * max(1.0, n / 1000))
+            finishing = [tid for tid in self._waiting if not self.driving(tid)]
+            ids = list({*finishing, *self._status_waiting})
             if not ids:
                 continue
             try:
@@ -158,10 +188,15 @@ class EventHub:
             except Exception:  # a store outage must not kill the waiters' only poller
                 log.warning("checking finished runs failed; retrying", exc_info=True)
                 continue
-            for tid in ids:
+            for tid in finishing:
                 status = statuses.get(tid)
                 if status is None or status in TERMINAL:
                     self.notify_finished(tid)
+            for tid in ids:
+                status = statuses.get(tid)
+                for wanted, event in self._status_waiting.get(tid, ()):
+                    if status is None or status in TERMINAL or status in wanted:
+                        event.set()
 
     def waited(self) -> frozenset[str]:
         """The runs someone in this process waits for now (introspection)."""

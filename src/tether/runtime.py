@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from . import serde
@@ -267,7 +267,9 @@ class Runtime:
             run = to_run(rec, serde.loads(rec.input))
         else:
             run = await self._with_state(rec)
-        return dataclasses.replace(run, created=created) if created else run
+        # A new run has no mail yet; an existing one is read as get() reads it.
+        depth = 0 if created else await self.store.inbox_depth(rec.thread_id)
+        return dataclasses.replace(run, created=created, inbox_depth=depth)
 
     async def _create(self, new: NewRun) -> tuple[RunRecord, bool]:
         """Insert the run (or find it there); when a worker of this process has a free slot,
@@ -326,13 +328,23 @@ class Runtime:
             runs = [dataclasses.replace(r, inbox_depth=d) for r, d in zip(runs, depths, strict=True)]
         return runs
 
-    async def wait(self, thread_id: str, timeout: float | None = None) -> Run:
+    async def wait(self, thread_id: str, timeout: float | None = None,
+                   until: str | Iterable[str] | None = None) -> Run:
         """Wait until the run is completed, failed or cancelled; returns it.
         Raises TimeoutError after `timeout` seconds.
+
+        With `until` (a status or a collection of them, e.g. "waiting"): return as soon as the
+        run is in one of them, or terminal (it can then never reach them); the caller checks
+        `.status`. A status that is not terminal is seen by the shared poller, so it is
+        noticed within one poll interval (`poll_interval`, 0.25 s by default).
 
         A worker in this process wakes waiters at once and hands over the final state (no
         replay of the log); otherwise one shared poller checks all waited-for runs in one
         query per poll interval, however many waiters there are."""
+        if until is not None:
+            wanted = _statuses(until)
+            if not wanted <= TERMINAL:
+                return await self._wait_status(thread_id, wanted, timeout)
         await self.open()
         if not self.hub.driving(thread_id):  # a run a worker here drives exists, not over
             rec = await self._record(thread_id)
@@ -346,6 +358,53 @@ class Runtime:
         if handed is not None and found.status in TERMINAL and found.step == end.step:
             return to_run(found, handed)
         return await self._with_state(found)  # also: woken by a cancel not finished yet
+
+    async def _wait_status(self, thread_id: str, wanted: frozenset[str],
+                           timeout: float | None) -> Run:
+        async with asyncio.timeout(timeout):
+            while True:
+                rec = await self._record(thread_id)
+                if rec.status in wanted or rec.status in TERMINAL:
+                    return await self._with_state(rec)
+                await self.hub.wait_status(thread_id, wanted, None)
+
+    async def retry(self, thread_id: str) -> Run:
+        """Run a failed run again from its failed step (after a fix to its code, say): the
+        same thread_id, queued for any worker, with a new attempt and a fresh retry budget.
+        Its committed steps stay; the failed step's journaled calls return their recorded
+        results (a step whose calls changed fails with NondeterminismError: fork an earlier
+        step instead). Raises InvalidState unless the run is failed."""
+        rec = await self._record(thread_id)
+        if rec.status != "failed":
+            hint = {"completed": "fork it to run steps again (tether runs fork)",
+                    "cancelled": "fork it to run steps again (tether runs fork)"}.get(
+                rec.status, "wait for it to fail or finish")
+            raise InvalidState(f"run {thread_id!r} is {rec.status}, not failed: only a failed "
+                               f"run can be retried; {hint}")
+        node = await self._next_node(rec, rec.step)
+        if node is None:  # a failed run's last committed step never finished it
+            raise InvalidState(f"run {thread_id!r} has no step to run again")
+        moved = await self.store.retry_run(thread_id, node)
+        if moved is None:
+            raise InvalidState(f"run {thread_id!r} changed while being retried; look again")
+        return await self._with_state(moved)
+
+    async def release_worker(self, worker_id: str) -> list[str]:
+        """Give back every run and effect `worker_id` leases now, instead of waiting out its
+        lease TTL (for a worker known dead or stuck); any worker resumes them from their last
+        checkpoint. A worker still alive is fenced out: it commits nothing more for them.
+        Returns the thread_ids released."""
+        if not isinstance(worker_id, str) or not worker_id:
+            raise DefinitionError("worker_id must be a non-empty string")
+        await self.open()
+        return await self.store.release_worker(worker_id)
+
+    async def _next_node(self, rec: RunRecord, step: int) -> str | None:
+        """The node that runs after `step` of the run (the start node after step 0)."""
+        if step == 0:
+            return self.agent(rec.agent).start_node()
+        rows = await self.store.load_checkpoints(rec.thread_id, step)
+        return rows[-1].next_node if rows else None
 
     async def cancel(self, thread_id: str) -> Run:
         """Cancel a run now: queued/waiting/sleeping at once; a running run's in-flight step
@@ -442,12 +501,7 @@ class Runtime:
         rec = await self._record(thread_id)
         if not isinstance(step, int) or step < 0 or step > rec.step:
             raise InvalidState(f"run {thread_id!r} has steps 0..{rec.step}; cannot fork at {step!r}")
-        agent = self.agent(rec.agent)
-        if step == 0:
-            node: str | None = agent.start_node()
-        else:
-            rows = await self.store.load_checkpoints(thread_id, step)
-            node = rows[-1].next_node if rows else None
+        node = await self._next_node(rec, step)
         if node is None:
             raise InvalidState(f"step {step} of run {thread_id!r} finished the run; fork an "
                                "earlier step")
@@ -470,6 +524,19 @@ class Runtime:
 
     async def _with_state(self, rec: RunRecord) -> Run:
         return to_run(rec, (await load_state(self.store, rec))[0])
+
+
+def _statuses(until: str | Iterable[str]) -> frozenset[str]:
+    """`until` as a set of statuses, each one checked (a typo must not wait forever)."""
+    names = [until] if isinstance(until, str) else list(until)
+    known = {s.value for s in RunStatus}
+    for name in names:
+        if name not in known:
+            raise DefinitionError(f"unknown run status {name!r} in until; one of: "
+                                  f"{', '.join(s.value for s in RunStatus)}")
+    if not names:
+        raise DefinitionError("until names no status")
+    return frozenset(str(n) for n in names)
 
 
 def to_run(rec: RunRecord, state: dict[str, Any] | None) -> Run:

@@ -47,13 +47,24 @@ APP = textwrap.dedent(
         return tether.finish({"never": True})
 
 
-    runtime = tether.Runtime(agents=[greeter, slow])
+    flaky = tether.Agent("flaky", retry=tether.RetryPolicy(attempts=1))
+
+
+    @flaky.node(start=True)
+    async def needs_fix(state, ctx):
+        import os
+        if not os.path.exists("fixed"):
+            raise RuntimeError("not fixed yet")
+        return tether.finish({"fixed": True})
+
+
+    runtime = tether.Runtime(agents=[greeter, slow, flaky])
     not_a_runtime = greeter
     number = 42
 
 
     def make_runtime():
-        return tether.Runtime(agents=[greeter, slow])
+        return tether.Runtime(agents=[greeter, slow, flaky])
 
 
     def needs_args(a, b):
@@ -76,13 +87,8 @@ def cli_env(db: str | None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
     if db is not None:
         env["TETHER_DB"] = db
-    env.update(
-        TETHER_SHUTDOWN_GRACE="1",
-        TETHER_POLL_INTERVAL="0.05",
-        COLUMNS="250",
-        PYTHONUNBUFFERED="1",
-        **extra,
-    )
+    env.update({"TETHER_SHUTDOWN_GRACE": "1", "TETHER_POLL_INTERVAL": "0.05", "COLUMNS": "250",
+                "PYTHONUNBUFFERED": "1", **extra})
     return env
 
 
@@ -353,3 +359,59 @@ def test_bad_input_json(db_url: str, app_dir: Path, raw: str) -> None:
     user_error(tether("runs", "start", "greeter", "--app", "app:runtime", "--input", raw,
                       cwd=app_dir, env=env))
     assert ok_json(tether("runs", "list", "--json", cwd=app_dir, env=env)) == []
+
+
+# -- the operator's verbs and the errors that guide --------------------------------------------
+
+
+def timed_out(proc: subprocess.CompletedProcess[str]) -> str:
+    """A wait that ran out of time: exit 3, one line that says what to look at, no traceback."""
+    assert proc.returncode == 3, f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.stderr
+
+
+def test_wait_retry_send_and_release(
+    db_url: str, app_dir: Path, background: list[subprocess.Popen[bytes]]
+) -> None:
+    env = cli_env(db_url, COLUMNS="80")
+    app = ("--app", "app:runtime")
+    # No worker yet: --wait runs out of time with a hint, not a TimeoutError traceback.
+    err = timed_out(tether("runs", "start", "flaky", *app, "--thread-id", "flaky-run-with-a-long-id-0001",
+                           "--wait", "0.5", cwd=app_dir, env=env))
+    assert "flaky-run-with-a-long-id-0001 is still queued after 0.5s" in err
+    assert "is a worker running" in err
+    assert "still queued" in timed_out(tether("runs", "wait", "flaky-run-with-a-long-id-0001",
+                                              "--until", "waiting", "--timeout", "0.3",
+                                              cwd=app_dir, env=env))
+    # Ids are never cut, even at 80 columns.
+    assert "flaky-run-with-a-long-id-0001" in ok(tether("runs", "list", cwd=app_dir, env=env))
+    bogus = tether("runs", "list", "--status", "bogus", cwd=app_dir, env=env)
+    assert bogus.returncode == 2 and "'bogus' is not one of" in bogus.stderr, bogus.stderr
+
+    sent = ok_json(tether("runs", "send", "flaky-run-with-a-long-id-0001", "--message",
+                          '{"hi": 1}', "--sender", "ops", "--json", cwd=app_dir, env=env))
+    assert sent["message"] == {"hi": 1} and sent["sender"] == "ops"
+    assert show("flaky-run-with-a-long-id-0001", app_dir, env)["inbox_depth"] == 1
+    assert "not valid JSON" in user_error(tether("runs", "send", "flaky-run-with-a-long-id-0001",
+                                                 "--message", "{", cwd=app_dir, env=env))
+
+    start_worker(background, app_dir, env, *app, "--lease-ttl", "2")
+    failed = ok_json(tether("runs", "wait", "flaky-run-with-a-long-id-0001", "--json",
+                            cwd=app_dir, env=env))
+    assert failed["status"] == "failed" and "not fixed yet" in failed["error"]["message"]
+    assert "can never read mail" in user_error(tether(
+        "runs", "send", "flaky-run-with-a-long-id-0001", "--message", "1", cwd=app_dir, env=env))
+
+    (app_dir / "fixed").write_text("")
+    out = ok(tether("runs", "retry", "flaky-run-with-a-long-id-0001", *app, cwd=app_dir, env=env))
+    assert out.startswith("flaky-run-with-a-long-id-0001 ")
+    done = ok_json(tether("runs", "wait", "flaky-run-with-a-long-id-0001", "--timeout", "30",
+                          "--json", cwd=app_dir, env=env))
+    assert (done["status"], done["state"]) == ("completed", {"fixed": True})
+    assert "only a failed run can be retried" in user_error(tether(
+        "runs", "retry", "flaky-run-with-a-long-id-0001", *app, cwd=app_dir, env=env))
+    assert "needs --app" in user_error(tether("runs", "retry", "x", cwd=app_dir, env=env))
+
+    released = ok_json(tether("workers", "release", "nobody:1:x", "--json", cwd=app_dir, env=env))
+    assert released == {"worker": "nobody:1:x", "released": []}

@@ -280,6 +280,31 @@ def test_messages_wake_an_idle_actor(procs: Procs) -> None:
         done = wait_status(c, tid, "completed")
         assert done["state"]["got"] == [{"from": "alice", "body": {"n": 1}},
                                         {"from": None, "body": "stop"}]
+        # A finished run can never read mail: refused, with the reason, and nothing stored.
+        body = assert_error(c.post(f"/runs/{tid}/messages", json={"message": "late"}), 409,
+                            "InvalidState")
+        assert "is completed: it can never read mail" in body["message"]
+        assert c.get(f"/runs/{tid}/messages").json()["messages"] == []
+
+
+def test_retry_a_failed_run(procs: Procs) -> None:
+    server = procs.serve(worker=True)
+    with server.client() as c:
+        created = start(c, "failing")
+        tid = created["thread_id"]
+        assert created["inbox_depth"] == 0  # as GET /runs/{id} and the CLI say
+        failed = wait_status(c, tid, "failed")
+        assert failed["attempt"] == 1 and "boom" in failed["error"]["message"]
+        r = c.post(f"/runs/{tid}/retry")
+        assert r.status_code == 200, r.text
+        assert r.json()["thread_id"] == tid and r.json()["error"] is None
+        again = wait_status(c, tid, "failed")  # the bug is still there: a new attempt failed
+        assert again["attempt"] == 2
+        assert_error(c.post("/runs/nope/retry"), 404, "RunNotFound")
+        ok = start(c, "echo", {"x": 1})
+        wait_status(c, ok["thread_id"], "completed")
+        body = assert_error(c.post(f"/runs/{ok['thread_id']}/retry"), 409, "InvalidState")
+        assert "only a failed run can be retried" in body["message"]
 
 
 # -- creating and listing -----------------------------------------------------------------

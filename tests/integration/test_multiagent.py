@@ -20,6 +20,7 @@ from tether import (
     Agent,
     Command,
     Context,
+    InvalidState,
     RetryPolicy,
     RunNotFound,
     RunStatus,
@@ -407,11 +408,12 @@ async def test_cancelling_a_parent_in_join_cancels_its_children(db_url: str) -> 
             assert cancelled.status == "cancelled"
             for tid in tree:
                 assert await status(rt, tid) == "cancelled", tid
-            # The busy child's in-flight step cannot commit; cancelled actors stay cancelled
-            # when mail arrives; the parent is not woken by its children's end.
+            # The busy child's in-flight step cannot commit; mail to cancelled actors is
+            # refused (they could never read it); the parent is not woken by its children's end.
             busy_release.set()
-            await rt.send("p.1.1", {"x": 1})
-            await rt.send("p.1.0.1.0", {"x": 1})
+            for actor in ("p.1.1", "p.1.0.1.0"):
+                with pytest.raises(InvalidState, match="is cancelled: it can never read mail"):
+                    await rt.send(actor, {"x": 1})
             await asyncio.sleep(0.5)
         for tid in tree:
             now = await rt.get(tid)

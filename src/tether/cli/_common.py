@@ -23,6 +23,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # Usage errors (a bad option) exit with click's 2, as tether's own errors do.
 USER_ERROR = 2
+TIMED_OUT = 3
+
+
+class WaitTimeout(TetherError):
+    """A CLI wait that ran out of time: exit status 3, so a script tells it from an error."""
+
+    exit_status = TIMED_OUT
 
 
 def load_app(target: str) -> Runtime:
@@ -76,6 +83,9 @@ def run(main: Coroutine[Any, Any, int], verbose: bool = False) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return eventloop.run(main)
+    except WaitTimeout as exc:
+        print(f"tether: {exc}", file=sys.stderr)
+        return TIMED_OUT
     except TetherError as exc:
         print(f"tether: error: {exc}", file=sys.stderr)
         return USER_ERROR
@@ -91,6 +101,13 @@ def console() -> Any:
     from rich.console import Console
 
     return Console()
+
+
+def id_column(table: Any, name: str, ids: list[str]) -> None:
+    """A column of ids, never cut or wrapped (they are copied into the next command): the
+    other columns fold instead."""
+    table.add_column(name, no_wrap=True, overflow="ignore",
+                     min_width=max([len(name), *map(len, ids)]))
 
 
 # -- options ----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""`tether runs ...` (start, list, show, resume, cancel, fork), `tether checkpoints` and
+"""`tether runs ...` (start, wait, list, show, resume, cancel, retry, send, fork), `tether checkpoints` and
 `tether interrupts`: a run's life and what it left."""
 
 from __future__ import annotations
@@ -9,14 +9,16 @@ import click
 import orjson
 
 from ..errors import ConfigError
-from ..runtime import Checkpoint, Interrupt, Run
+from ..runtime import Checkpoint, Interrupt, Run, RunStatus, Runtime
 from ._common import (
     NON_NEGATIVE_INT,
     POSITIVE_FLOAT,
     POSITIVE_INT,
+    WaitTimeout,
     connection_options,
     console,
     dump,
+    id_column,
     json_option,
     run,
     runtime_for,
@@ -52,7 +54,48 @@ def start(agent: str, input_: str | None, thread_id: str | None, idempotency_key
         try:
             r = await rt.start(agent, data, thread_id=thread_id, idempotency_key=idempotency_key)
             if wait:
-                r = await rt.wait(r.thread_id, timeout=wait)
+                r = await _wait(rt, r, wait, None)
+        finally:
+            await rt.close()
+        if as_json:
+            dump(r.to_dict())
+        else:
+            print(f"{r.thread_id} {r.status.value}")
+        return 0
+
+    return run(main(), verbose)
+
+
+async def _wait(rt: Runtime, r: Run, timeout: float, until: tuple[str, ...] | None) -> Run:
+    """rt.wait, its timeout a tether error that says what to look at next."""
+    try:
+        return await rt.wait(r.thread_id, timeout=timeout, until=until or None)
+    except TimeoutError:
+        now = await rt.peek(r.thread_id)
+        goal = " or ".join(until) if until else "finished"
+        raise WaitTimeout(
+            f"run {r.thread_id} is still {now.status.value} after {timeout:g}s, not {goal}; "
+            f"is a worker running (tether worker --app ...)? Look again with: tether runs show "
+            f"{r.thread_id}") from None
+
+
+STATUSES = tuple(s.value for s in RunStatus)
+
+
+@runs.command("wait", help="wait until a run is finished, or in one of the --until statuses")
+@click.argument("thread_id")
+@click.option("--until", multiple=True, type=click.Choice(STATUSES),
+              help="return once the run is in this status (repeatable; default: finished)")
+@click.option("--timeout", type=POSITIVE_FLOAT, default=60.0, show_default=True,
+              help="give up after this many seconds (exit status 3)")
+@connection_options
+@json_option
+def wait(thread_id: str, until: tuple[str, ...], timeout: float, db: str | None,
+         app: str | None, verbose: bool, as_json: bool) -> int:
+    async def main() -> int:
+        rt = runtime_for(db, app)
+        try:
+            r = await _wait(rt, await rt.peek(thread_id), timeout, until)
         finally:
             await rt.close()
         if as_json:
@@ -65,7 +108,7 @@ def start(agent: str, input_: str | None, thread_id: str | None, idempotency_key
 
 
 @runs.command("list", help="list runs, newest first")
-@click.option("--status", help="only runs in this status (queued, running, waiting, ...)")
+@click.option("--status", type=click.Choice(STATUSES), help="only runs in this status")
 @click.option("--agent", help="only runs of this agent")
 @click.option("--limit", type=POSITIVE_INT, default=50, show_default=True,
               help="at most this many runs")
@@ -84,8 +127,11 @@ def list_(status: str | None, agent: str | None, limit: int, db: str | None, app
             return 0
         from rich.table import Table
 
-        table = Table("thread_id", "agent", "status", "actor", "inbox", "step", "node",
-                      "version", "attempt", "error")
+        table = Table()
+        id_column(table, "thread_id", [r.thread_id for r in found])
+        for name in ("agent", "status", "actor", "inbox", "step", "node", "version", "attempt",
+                     "error"):
+            table.add_column(name)
         for r in found:
             table.add_row(r.thread_id, r.agent, r.status.value, r.actor_state or "",
                           str(r.inbox_depth or 0), str(r.step), r.node or "", r.version,
@@ -175,6 +221,53 @@ def cancel(thread_id: str, db: str | None, app: str | None, verbose: bool,
     return run(main(), verbose)
 
 
+@runs.command("retry", help="run a failed run again from its failed step (after a fix)")
+@click.argument("thread_id")
+@connection_options
+@json_option
+def retry(thread_id: str, db: str | None, app: str | None, verbose: bool, as_json: bool) -> int:
+    async def main() -> int:
+        rt = runtime_for(db, app, need_app=True)
+        try:
+            r = await rt.retry(thread_id)
+        finally:
+            await rt.close()
+        if as_json:
+            dump(r.to_dict())
+        else:
+            print(f"{r.thread_id} {r.status.value} (retrying node {r.node} after step {r.step})")
+        return 0
+
+    return run(main(), verbose)
+
+
+@runs.command("send", help="put a message in a run's mailbox (an idle actor wakes)")
+@click.argument("thread_id")
+@click.option("--message", required=True, metavar="JSON", help="the message, as JSON")
+@click.option("--sender", help="who sends it (ctx.inbox shows it as the message's sender)")
+@connection_options
+@json_option
+def send(thread_id: str, message: str, sender: str | None, db: str | None, app: str | None,
+         verbose: bool, as_json: bool) -> int:
+    async def main() -> int:
+        try:
+            body = orjson.loads(message)
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(f"--message is not valid JSON: {exc}") from None
+        rt = runtime_for(db, app)
+        try:
+            mid = await rt.send(thread_id, body, sender=sender)
+        finally:
+            await rt.close()
+        if as_json:
+            dump({"id": mid, "thread_id": thread_id, "sender": sender, "message": body})
+        else:
+            print(f"sent message {mid} to {thread_id}")
+        return 0
+
+    return run(main(), verbose)
+
+
 @runs.command("fork", help="start a new run from the state after a step of this one")
 @click.argument("thread_id")
 @click.option("--step", type=NON_NEGATIVE_INT, required=True,
@@ -217,14 +310,19 @@ def checkpoints(thread_id: str, state: bool, db: str | None, app: str | None, ve
             return 0
         from rich.table import Table
 
-        table = Table("step", "node", "next", "kind", "worker", "attempt", "ms", "state keys")
+        table = Table("step", "node", "next", "kind", "worker", "attempt", "ms", "state keys",
+                      caption="kind: delta (the changes of the step) or snapshot (the whole state)")
         for cp in cps:
-            table.add_row(str(cp.step), cp.node, cp.next_node or "-", cp.kind, cp.worker,
+            table.add_row(str(cp.step), cp.node, cp.next_node or "-", KINDS.get(cp.kind, cp.kind),
+                          cp.worker,
                           str(cp.attempt), f"{cp.duration * 1000:.1f}", ",".join(cp.state))
         console().print(table)
         return 0
 
     return run(main(), verbose)
+
+
+KINDS = {"d": "delta", "s": "snapshot"}
 
 
 def _cp_dict(cp: Checkpoint, with_state: bool) -> dict[str, Any]:
@@ -262,7 +360,11 @@ def interrupts(thread_id: str | None, show_all: bool, limit: int, db: str | None
 def _print_interrupts(items: list[Interrupt]) -> None:
     from rich.table import Table
 
-    table = Table("id", "thread_id", "step", "status", "payload", "value")
+    table = Table()
+    id_column(table, "id", [i.id for i in items])
+    id_column(table, "thread_id", [i.thread_id for i in items])
+    for name in ("step", "status", "payload", "value"):
+        table.add_column(name)
     for i in items:
         table.add_row(i.id, i.thread_id, str(i.step), i.status, orjson.dumps(i.payload).decode(),
                       "" if i.status == "pending" else orjson.dumps(i.value).decode())

@@ -390,6 +390,13 @@ def create_app(
         """Cancel the run now (a finished run is returned unchanged)."""
         return RunOut.of(await runtime.cancel(thread_id))
 
+    @app.post("/runs/{thread_id}/retry", response_model=RunOut, tags=["runs"],
+              responses=_errors(401, 404, 409, 422))
+    async def retry_run(thread_id: ThreadId) -> RunOut:
+        """Run a failed run again from its failed step (same thread_id, a new attempt); 409
+        unless it is failed."""
+        return RunOut.of(await runtime.retry(thread_id))
+
     @app.get("/runs/{thread_id}/checkpoints", response_model=CheckpointList, tags=["runs"],
              responses=_errors(401, 404, 422))
     async def list_checkpoints(
@@ -407,9 +414,10 @@ def create_app(
         return RunOut.of(await runtime.fork(thread_id, body.step, new_thread_id=body.thread_id))
 
     @app.post("/runs/{thread_id}/messages", status_code=201, response_model=MessageOut,
-              tags=["messages"], responses=_errors(400, 401, 404, 413, 422))
+              tags=["messages"], responses=_errors(400, 401, 404, 409, 413, 422))
     async def send_message(thread_id: ThreadId, body: SendMessage) -> MessageOut:
-        """Put a message in the run's mailbox (waking it if it is idle, waiting for mail)."""
+        """Put a message in the run's mailbox (waking it if it is idle, waiting for mail); 409
+        for a finished run, which could never read it."""
         _check_json(body.message, "message")
         mid = await runtime.send(thread_id, body.message, sender=body.sender)
         return MessageOut(id=mid, thread_id=thread_id, sender=body.sender, message=body.message)

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..errors import InvalidState
 from .measure import LoadStats
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -218,6 +219,12 @@ class StepCommit:
     record from it instead of reading the row back."""
 
 
+def mail_refused(thread_id: str, status: str) -> InvalidState:
+    """Why mail to a finished run is refused (it could never be read)."""
+    then = "retry it first (tether runs retry)" if status == "failed" else "start a new run"
+    return InvalidState(f"run {thread_id!r} is {status}: it can never read mail; {then}")
+
+
 def new_run_params(new: NewRun, lease: tuple[str, float] | None = None) -> dict[str, Any]:
     """A NewRun as named query parameters (every store's insert_run takes these), with the
     lease it is created under, if any: (worker, ttl in seconds)."""
@@ -317,6 +324,15 @@ class Store(Protocol):
     async def release_runs(self, leases: Sequence[Lease]) -> None:
         """Give leased runs back (status queued, lease cleared) so any worker resumes them."""
 
+    async def release_worker(self, worker: str) -> list[str]:
+        """An operator's release of everything `worker` leases, whatever its expiry: its
+        running runs become queued and its running effects pending, each epoch bumped (a
+        worker still alive commits nothing more for them). Returns the runs released."""
+
+    async def retry_run(self, thread_id: str, node: str) -> RunRecord | None:
+        """Move a failed run back to queued at `node` (its failed step), error and failure
+        count cleared, attempt count kept. None (nothing written) if the run is not failed."""
+
     def record_call(
         self, lease: Lease, step: int, idx: int, name: str, result: bytes
     ) -> Awaitable[None]:
@@ -349,7 +365,8 @@ class Store(Protocol):
 
     async def send_message(self, thread_id: str, message: bytes, sender: str | None = None) -> int:
         """Deliver a message from outside a step, waking the recipient if it waits for mail.
-        Returns the message id; raises RunNotFound for an unknown thread_id."""
+        Returns the message id; raises RunNotFound for an unknown thread_id and InvalidState
+        (`mail_refused`) for a finished run, which can never read it."""
 
     async def load_inbox(self, thread_id: str, limit: int = 1000) -> list[MessageRecord]:
         """Unconsumed messages of the run, oldest first."""

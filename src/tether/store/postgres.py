@@ -43,6 +43,7 @@ from .base import (
     RunRecord,
     StepCommit,
     finished_run,
+    mail_refused,
     new_run_params,
     same_run,
 )
@@ -256,6 +257,29 @@ class PostgresStore:
         await self._conns.fetchall(self._q["release_runs"], params, idempotent=True)
         self.work_available.set()
 
+    async def release_worker(self, worker: str) -> list[str]:
+        q, params = self._q, {"worker": worker}
+
+        async def body(conn: Conn) -> tuple[list[str], bool]:
+            async with conn.pipeline():
+                await conn.execute(BEGIN)
+                runs = await conn.execute(q["release_worker_runs"], params)
+                effects = await conn.execute(q["release_worker_effects"], params)
+            return [r[0] for r in await runs.fetchall()], bool(await effects.fetchall())
+
+        released, effects = await self._conns.transaction(body)
+        self.work_available.set()
+        if effects:
+            self.effects_available.set()
+        return released
+
+    async def retry_run(self, thread_id: str, node: str) -> RunRecord | None:
+        rows = await self._conns.fetchall(self._q["retry_run"], {"thread_id": thread_id, "node": node})
+        if not rows:
+            return None
+        self.work_available.set()
+        return _run(rows[0][:len(RUN_COLUMNS)])
+
     # -- steps (through the committer) -----------------------------------------------------
 
     async def record_call(
@@ -428,7 +452,11 @@ class PostgresStore:
                     "thread_id": thread_id, "sender": sender, "message": message})
             row = await cur.fetchone()
             if row is None:
-                raise RunNotFound(f"no run with thread_id {thread_id!r}")
+                cur = await conn.execute(q["get_run"], {"thread_id": thread_id})
+                found = await cur.fetchone()
+                if found is None:
+                    raise RunNotFound(f"no run with thread_id {thread_id!r}")
+                raise mail_refused(thread_id, _run(found).status)
             return int(row[0])
 
         mid = await self._conns.transaction(body)

@@ -31,6 +31,7 @@ from .base import (
     RunRecord,
     StepCommit,
     finished_run,
+    mail_refused,
     new_run_params,
     same_run,
 )
@@ -198,6 +199,27 @@ class SQLiteStore(SQLiteIO):
         await self._w(lambda c: c.executemany(q, params))
         self.work_available.set()
 
+    async def release_worker(self, worker: str) -> list[str]:
+        q, params = self._q, {"worker": worker}
+
+        def job(conn: sqlite3.Connection) -> tuple[list[str], bool]:
+            runs = [r[0] for r in conn.execute(q["release_worker_runs"], params).fetchall()]
+            return runs, bool(conn.execute(q["release_worker_effects"], params).fetchall())
+
+        released, effects = await self._w(job)
+        self.work_available.set()
+        if effects:
+            self.effects_available.set()
+        return cast(list[str], released)
+
+    async def retry_run(self, thread_id: str, node: str) -> RunRecord | None:
+        q = self._q["retry_run"]
+        row = await self._w(lambda c: c.execute(q, {"thread_id": thread_id, "node": node}).fetchone())
+        if row is None:
+            return None
+        self.work_available.set()
+        return _run(row)
+
     # -- steps -----------------------------------------------------------------------------
 
     def record_call(
@@ -332,8 +354,11 @@ class SQLiteStore(SQLiteIO):
         q = self._q
 
         def job(conn: sqlite3.Connection) -> int:
-            if conn.execute(q["get_run"], {"thread_id": thread_id}).fetchone() is None:
+            row = conn.execute(q["get_run"], {"thread_id": thread_id}).fetchone()
+            if row is None:
                 raise RunNotFound(f"no run with thread_id {thread_id!r}")
+            if (run := _run(row)).status in TERMINAL:
+                raise mail_refused(thread_id, run.status)
             cur = conn.execute(q["insert_message"],
                                {"thread_id": thread_id, "sender": sender, "message": message})
             conn.execute(q["wake_for_mail"], {"thread_id": thread_id})

@@ -2,11 +2,12 @@
 
 -- name: send_message
 -- Delivers mail from outside a step (the recipient's row is locked by lock_runs first), and
--- wakes the recipient if it is idle for mail. No row back = no such run.
+-- wakes the recipient if it is idle for mail. No row back = no such run, or a finished one
+-- (which can never read it: the caller tells which).
 WITH m AS (
     INSERT INTO mailbox (thread_id, sender, message, created_at)
     SELECT thread_id, %(sender)s, %(message)s, extract(epoch FROM clock_timestamp())::float8
-    FROM runs WHERE thread_id = %(thread_id)s
+    FROM runs WHERE thread_id = %(thread_id)s AND status NOT IN ('completed', 'failed', 'cancelled')
     RETURNING id
 ),
 w AS (

@@ -203,3 +203,49 @@ SELECT u.thread_id, (SELECT count(*) FROM woke), (SELECT count(*) FROM fx) FROM 
 
 -- name: run_statuses
 SELECT thread_id, status FROM runs WHERE thread_id = ANY(%(ids)s::text[]);
+
+-- name: retry_run
+-- An operator runs a failed run again from its failed step: queued at node, the error and
+-- the failure count (the retry policy's budget) cleared; the attempt count stays, so the next
+-- claim records a new attempt. Only a failed run moves; the workers of its version are woken.
+WITH u AS (
+    UPDATE runs SET status = 'queued', node = %(node)s, error = NULL, failures = 0, wake_at = NULL,
+                    lease_owner = NULL, lease_expires_at = NULL,
+                    updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id = %(thread_id)s AND status = 'failed'
+    RETURNING {{run_columns}}
+),
+woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM u)
+SELECT u.*, (SELECT count(*) FROM woke) FROM u;
+
+-- name: release_worker_runs
+-- An operator gives back every run a (dead or stale) worker leases, without waiting out the
+-- TTL; the epoch bump fences the worker out should it still be alive. Locks in thread_id
+-- order (see renew_leases).
+WITH l AS (
+    SELECT thread_id FROM runs
+    WHERE lease_owner = %(worker)s AND status = 'running'
+    ORDER BY thread_id
+    FOR NO KEY UPDATE
+),
+u AS (
+    UPDATE runs
+    SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, epoch = epoch + 1,
+        updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id IN (SELECT thread_id FROM l)
+    RETURNING thread_id, version
+),
+woke AS MATERIALIZED (SELECT pg_notify('tether_work', v.version) FROM (SELECT DISTINCT version FROM u) v)
+SELECT u.thread_id, (SELECT count(*) FROM woke) FROM u;
+
+-- name: release_worker_effects
+-- The same for the effects the worker leases: pending again at once, its epoch fenced out.
+WITH u AS (
+    UPDATE outbox
+    SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, epoch = epoch + 1,
+        next_attempt_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE lease_owner = %(worker)s AND status = 'running'
+    RETURNING thread_id
+),
+fx AS MATERIALIZED (SELECT pg_notify('tether_effects', '') WHERE EXISTS (SELECT 1 FROM u))
+SELECT u.thread_id, (SELECT count(*) FROM fx) FROM u;

@@ -121,3 +121,28 @@ SET status = 'cancelled', epoch = epoch + 1, lease_owner = NULL, lease_expires_a
     wake_at = NULL, updated_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE thread_id IN (SELECT id FROM tree) AND status NOT IN ('completed', 'failed', 'cancelled')
 RETURNING thread_id;
+
+-- name: retry_run
+-- An operator runs a failed run again from its failed step: queued at :node, the error and
+-- the failure count (the retry policy's budget) cleared; the attempt count stays, so the next
+-- claim records a new attempt. Only a failed run moves.
+UPDATE runs SET status = 'queued', node = :node, error = NULL, failures = 0, wake_at = NULL,
+                lease_owner = NULL, lease_expires_at = NULL,
+                updated_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE thread_id = :thread_id AND status = 'failed'
+RETURNING {{run_columns}};
+
+-- name: release_worker_runs
+-- An operator gives back every run a (dead or stale) worker leases, without waiting out the
+-- TTL; the epoch bump fences the worker out should it still be alive.
+UPDATE runs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, epoch = epoch + 1,
+                updated_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE lease_owner = :worker AND status = 'running'
+RETURNING thread_id;
+
+-- name: release_worker_effects
+-- The same for the effects the worker leases: pending again at once, its epoch fenced out.
+UPDATE outbox SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, epoch = epoch + 1,
+                  next_attempt_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE lease_owner = :worker AND status = 'running'
+RETURNING thread_id;
