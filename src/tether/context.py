@@ -8,6 +8,7 @@ calling again. Calls are matched by index within the step and checked by name.
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
@@ -27,6 +28,7 @@ from .store.base import (
 from .types import TERMINAL
 
 if TYPE_CHECKING:
+    from .hub import RunObserver
     from .outbox import EffectHandler
     from .store.base import JournalRecord, Lease, Store
 
@@ -75,7 +77,8 @@ def callable_name(fn: Callable[..., Any]) -> str:
 class Context:
     """Handed to every node execution. One Context per execution of one step."""
 
-    __slots__ = ("_agents", "_calls", "_effect_handlers", "_journal", "_lease", "_sink", "_store",
+    __slots__ = ("_agents", "_calls", "_effect_handlers", "_journal", "_lease", "_obs", "_sink",
+                 "_store",
                  "agent", "attempt", "children", "effects", "groups", "inbox", "messages", "node",
                  "step", "thread_id", "version", "worker")
 
@@ -94,8 +97,10 @@ class Context:
         inbox: list[Message] | None = None,
         agents: Mapping[str, AgentLike] | None = None,
         version: str = "",
+        observer: RunObserver | None = None,
     ) -> None:
         self._store = store
+        self._obs = observer
         self._sink = sink
         self._effect_handlers = effect_handlers if effect_handlers is not None else {}
         self.effects: list[EffectRow] = []
@@ -139,13 +144,20 @@ class Context:
         """
         name = callable_name(fn)
         idx, rec = self._next(name)
+        obs = self._obs
         if rec is not None:
+            if obs is not None:
+                now = time.time()
+                obs.call(self.step, name, True, now, now)
             return serde.loads(rec.result)
+        started = time.time() if obs is not None else 0.0
         value = fn(*args, **kwargs)
         if inspect.isawaitable(value):
             value = await value
         data, decoded = serde.encode(value, f"result of call #{idx} to {name}", typed=True)
         await self._store.record_call(self._lease, self.step, idx, name, data)
+        if obs is not None:
+            obs.call(self.step, name, False, started, time.time())
         # Return the decoded record so the first execution sees exactly what a replay sees.
         return decoded
 

@@ -21,6 +21,8 @@ EXTRAS: Final[dict[str, tuple[str, ...]]] = {
     "server": ("fastapi", "starlette", "uvicorn", "pydantic", "pydantic_core", "jinja2",
                "markupsafe"),
     "langgraph": ("langgraph", "langchain_core", "ormsgpack"),
+    "metrics": ("prometheus_client",),
+    "otel": ("opentelemetry",),
 }
 
 

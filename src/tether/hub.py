@@ -6,7 +6,11 @@ that a worker never reaches up into the Runtime:
 - live events (`emit`), delivered to the subscribers of the run (`subscribe`: SSE clients,
   `runtime.subscribe`); nothing is stored, a slow subscriber drops events;
 - finished runs (`notify_finished`), which wake `wait_finished` callers at once, handing over
-  the final state a local worker already holds (so a waiter replays nothing).
+  the final state a local worker already holds (so a waiter replays nothing);
+- what the workers did, for observers (`observe`: metrics, traces, logs; tether.observe has
+  them). A worker asks `observe_run` once per run it drives and tells the RunObserver it gets
+  about each step, call, retry and end; with no observer attached it gets None and pays one
+  check per step.
 
 Runs driven by a worker elsewhere are noticed by one shared poller, one query per poll interval
 for all waited-for runs. Workers of this process attach themselves (`attach`) so the poller
@@ -24,7 +28,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .store.base import RunRecord, Store
 from .types import TERMINAL
@@ -34,10 +38,98 @@ log = logging.getLogger("tether.hub")
 FINAL_EVENTS = frozenset({"completed", "failed", "cancelled"})
 
 
+if TYPE_CHECKING:
+    from .retry import FailureCategory
+    from .store.base import EffectRecord, NewRun
+
+
 class Driver(Protocol):
     """A local worker, as the hub sees it."""
 
+    id: str
+    concurrency: int
+
     def driving(self, thread_id: str) -> bool: ...
+
+    @property
+    def active(self) -> int: ...
+
+
+class RunObserver(Protocol):
+    """What an observer hears about one run while a worker drives it: from its claim (or its
+    start in this process) until it parks, finishes, fails or is given back. Times are
+    seconds since the epoch (time.time()). Called on the worker's loop: must not block."""
+
+    def call(self, step: int, name: str, replayed: bool, started: float, finished: float) -> None:
+        """A journaled call of the step in flight: made now, or its recorded result replayed."""
+
+    def step(self, step: int, node: str, attempt: int, started: float, finished: float,
+             status: str, received: int, sent: int) -> None:
+        """The step committed; `status` is the run's after it (running, completed, waiting...);
+        it consumed `received` messages and sent `sent`."""
+
+    def parked(self, step: int, node: str, attempt: int, started: float, kind: str) -> None:
+        """The step suspended the run (kind: interrupt, sleep, join)."""
+
+    def failed(self, step: int, node: str | None, attempt: int, started: float,
+               category: FailureCategory, exc: BaseException, final: bool) -> None:
+        """The step failed: retried later (`final` False) or the run failed for good."""
+
+    def released(self, reason: str) -> None:
+        """The worker stopped driving the run without ending it (reason: lease_lost,
+        store_unavailable or another failure category, shutdown, cancelled, superseded)."""
+
+
+class Observer(Protocol):
+    """Something told what the workers of this process do (tether.observe has a Prometheus
+    and an OpenTelemetry one). Each method is called on the event loop and must not block."""
+
+    def run_created(self, new: NewRun, parent: RunRecord | None, traceparent: str | None,
+                    at: float) -> str | None:
+        """A run is being created in this process (started, forked, or spawned by `parent`'s
+        step), `traceparent` the caller's trace context if any: the trace context to store
+        with it (None: nothing to store)."""
+
+    def run_observer(self, run: RunRecord, worker: str) -> RunObserver | None:
+        """A worker begins to drive `run` (as claimed or created): what hears about it."""
+
+    def effect(self, effect: EffectRecord, outcome: str, started: float, finished: float) -> None:
+        """An effect handler ran: outcome done, retry, dead or lost (lease lost before done)."""
+
+    def worker_started(self, worker: Driver) -> None: ...
+
+    def worker_stopped(self, worker: Driver) -> None: ...
+
+
+class _FanOut:
+    """Several observers of one run, told in turn."""
+
+    __slots__ = ("_all",)
+
+    def __init__(self, observers: list[RunObserver]) -> None:
+        self._all = observers
+
+    def call(self, step: int, name: str, replayed: bool, started: float, finished: float) -> None:
+        for o in self._all:
+            o.call(step, name, replayed, started, finished)
+
+    def step(self, step: int, node: str, attempt: int, started: float, finished: float,
+             status: str, received: int, sent: int) -> None:
+        for o in self._all:
+            o.step(step, node, attempt, started, finished, status, received, sent)
+
+    def parked(self, step: int, node: str, attempt: int, started: float, kind: str) -> None:
+        for o in self._all:
+            o.parked(step, node, attempt, started, kind)
+
+    def failed(self, step: int, node: str | None, attempt: int, started: float,
+               category: FailureCategory, exc: BaseException, final: bool) -> None:
+        for o in self._all:
+            o.failed(step, node, attempt, started, category, exc, final)
+
+    def released(self, reason: str) -> None:
+        for o in self._all:
+            o.released(reason)
 
 
 @dataclass(slots=True)
@@ -69,6 +161,8 @@ class EventHub:
         self._status_waiting: dict[str, list[tuple[frozenset[str], asyncio.Event]]] = {}
         self._poller: asyncio.Task[None] | None = None
         self._drivers: list[Driver] = []
+        self.observers: list[Observer] = []
+        """Attached observers; empty (falsy) when nobody observes, the common case."""
 
     # -- live events -----------------------------------------------------------------------
 
@@ -107,9 +201,51 @@ class EventHub:
 
     def attach(self, driver: Driver) -> None:
         self._drivers.append(driver)
+        for o in self.observers:
+            o.worker_started(driver)
 
     def detach(self, driver: Driver) -> None:
         self._drivers.remove(driver)
+        for o in self.observers:
+            o.worker_stopped(driver)
+
+    @property
+    def drivers(self) -> tuple[Driver, ...]:
+        return tuple(self._drivers)
+
+    # -- observers -------------------------------------------------------------------------
+
+    def observe(self, observer: Observer) -> None:
+        """Attach an observer (before the workers start, to hear about every run)."""
+        self.observers.append(observer)
+        for d in self._drivers:
+            observer.worker_started(d)
+
+    def unobserve(self, observer: Observer) -> None:
+        self.observers.remove(observer)
+
+    def observe_run(self, run: RunRecord, worker: str) -> RunObserver | None:
+        """What hears about `run` while `worker` drives it; None when nobody observes."""
+        found = [o for o in (ob.run_observer(run, worker) for ob in self.observers)
+                 if o is not None]
+        if not found:
+            return None
+        return found[0] if len(found) == 1 else _FanOut(found)
+
+    def run_created(self, new: NewRun, parent: RunRecord | None = None,
+                    traceparent: str | None = None, at: float = 0.0) -> str | None:
+        """The trace context to store with a run being created (the first an observer gives),
+        else `traceparent` as given."""
+        for o in self.observers:
+            found = o.run_created(new, parent, traceparent, at)
+            if found is not None:
+                return found
+        return traceparent
+
+    def effect_done(self, effect: EffectRecord, outcome: str, started: float,
+                    finished: float) -> None:
+        for o in self.observers:
+            o.effect(effect, outcome, started, finished)
 
     def driving(self, thread_id: str) -> bool:
         """A worker of this process runs this run now (so it exists and will notify)."""

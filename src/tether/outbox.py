@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -107,6 +108,8 @@ class Dispatcher:
         # while the handler ran) bumps the epoch, and the done mark must carry the new one.
         self._current: dict[tuple[str, str], EffectRecord] = {}
         self._stopping = False
+        self.observe: Callable[[EffectRecord, str, float, float], None] | None = None
+        """Told of each handler call (effect, outcome done|retry|dead|lost, started, finished)."""
 
     @property
     def active(self) -> bool:
@@ -174,6 +177,7 @@ class Dispatcher:
     async def _call(self, k: tuple[str, str]) -> None:
         effect = self._current[k]
         handler = self.handlers[effect.name]
+        started = time.time()
         try:  # an undecodable payload is a failed attempt too, not a crashed worker
             payload = serde.loads(effect.payload)
             if effect.compensates is None:
@@ -188,8 +192,13 @@ class Dispatcher:
             log.log(level, "effect %s/%s attempt %d failed (%r)%s", effect.thread_id, effect.key,
                     effect.attempts, exc, "; dead" if delay is None else f"; retry in {delay:.2f}s")
             await self.store.fail_effect(effect, f"{type(exc).__name__}: {exc}", delay)
+            if self.observe is not None:
+                self.observe(effect, "retry" if delay is not None else "dead", started, time.time())
             return
-        if await self.store.complete_effect(self._current[k], data):
+        done = await self.store.complete_effect(self._current[k], data)
+        if self.observe is not None:
+            self.observe(effect, "done" if done else "lost", started, time.time())
+        if done:
             self.performed += 1
         else:
             log.info("effect %s/%s: lease lost before done; another attempt will record it",

@@ -6,15 +6,50 @@ import random
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from .errors import (
+    DefinitionError,
+    LeaseLost,
+    NondeterminismError,
+    RunNotFound,
+    SerializationError,
+    StoreError,
+)
+
 
 class FailureCategory(StrEnum):
-    """Why a run failed for good; recorded with the run's error."""
+    """Why a step failed: one taxonomy for the run's error, the metrics (`category` label) and
+    the traces (`tether.failure.category`). Whether the failure was final (the run failed) or
+    retriable (the step runs again) is told apart beside it, never folded into it: a node
+    whose retries are exhausted failed for good with the category of its last failure."""
 
-    EXCEPTION = "exception"            # the node raised and retries are exhausted
+    EXCEPTION = "exception"            # the node (user code) raised
+    TIMEOUT = "timeout"                # the node raised TimeoutError (a deadline of its own)
     NONDETERMINISM = "nondeterminism"  # replay diverged from the journal
     SERIALIZATION = "serialization"    # an update or result was not serializable
-    DEFINITION = "definition"          # unknown node / bad command returned
-    CANCELLED = "cancelled"
+    DEFINITION = "definition"          # unknown node / bad command returned / unknown recipient
+    LEASE_LOST = "lease_lost"          # another worker took the run over (fenced out)
+    STORE_UNAVAILABLE = "store_unavailable"  # the database failed; the run is given back
+    CANCELLED = "cancelled"            # the run was cancelled
+
+
+def categorize(exc: BaseException) -> FailureCategory:
+    """The category of a step's failure."""
+    for types, category in (
+        (NondeterminismError, FailureCategory.NONDETERMINISM),
+        (SerializationError, FailureCategory.SERIALIZATION),
+        ((DefinitionError, RunNotFound), FailureCategory.DEFINITION),
+        (LeaseLost, FailureCategory.LEASE_LOST),
+        (StoreError, FailureCategory.STORE_UNAVAILABLE),
+        (TimeoutError, FailureCategory.TIMEOUT),
+    ):
+        if isinstance(exc, types):
+            return category
+    return FailureCategory.EXCEPTION
+
+
+FINAL_CATEGORIES = frozenset({FailureCategory.NONDETERMINISM, FailureCategory.SERIALIZATION,
+                              FailureCategory.DEFINITION})
+"""Categories never retried: running the same code on the same state fails the same way."""
 
 
 @dataclass(frozen=True, slots=True)

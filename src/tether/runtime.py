@@ -40,6 +40,7 @@ from .store.base import (
     Lease,
     NewRun,
     RunRecord,
+    StatusCounts,
     Store,
 )
 from .tuning import worker_tuned
@@ -215,6 +216,12 @@ class Runtime:
         """The database clock (seconds since the epoch): one round trip, for health checks."""
         await self.open()
         return await self.store.now()
+
+    async def status_counts(self) -> StatusCounts:
+        """Runs by (status, version) and effects not done by status, store-wide: one query
+        (a full count; poll it every few seconds, not per request)."""
+        await self.open()
+        return await self.store.status_counts()
 
     async def close(self) -> None:
         self.hub.close()

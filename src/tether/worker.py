@@ -21,39 +21,26 @@ from . import serde
 from .agent import Agent, Command
 from .config import Settings
 from .context import Context, Message, Suspend
-from .errors import (
-    DefinitionError,
-    LeaseLost,
-    NondeterminismError,
-    RunNotFound,
-    SerializationError,
-    StoreError,
-)
+from .errors import DefinitionError, LeaseLost, StoreError
 from .history import load_state
-from .hub import EventHub
+from .hub import EventHub, RunObserver
 from .outbox import Dispatcher
 from .registry import Registry
-from .retry import FailureCategory
+from .retry import FINAL_CATEGORIES, FailureCategory, categorize
 from .state import apply_delta, delta_of, encode_delta
 from .store.base import Lease, Park, RunRecord, StepCommit, Store
 
 log = logging.getLogger("tether.worker")
-
-_FINAL = {
-    NondeterminismError: FailureCategory.NONDETERMINISM,
-    SerializationError: FailureCategory.SERIALIZATION,
-    DefinitionError: FailureCategory.DEFINITION,
-    RunNotFound: FailureCategory.DEFINITION,
-}
 
 
 def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-def error_json(category: FailureCategory, exc: BaseException) -> bytes:
+def error_json(category: FailureCategory, exc: BaseException, attempts: int = 1) -> bytes:
     return serde.dumps({
         "category": category.value,
+        "attempts": attempts,
         "type": type(exc).__qualname__,
         "message": str(exc),
         "traceback": "".join(traceback.format_exception(exc)),
@@ -89,7 +76,7 @@ class Worker:
         self.steps_committed = 0
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._leases: dict[str, Lease] = {}
-        self._abandoned: set[Lease] = set()
+        self._abandoned: dict[Lease, str] = {}  # lease -> why its task was cancelled
         self._orphans: dict[str, Lease] = {}
         self._stopping = False
         self._tg: asyncio.TaskGroup | None = None
@@ -109,12 +96,12 @@ class Worker:
         self._stopping = True
         self.store.work_available.set()
 
-    def cancel_local(self, thread_id: str) -> None:
-        """Abandon a run this worker is driving (cancelled or lease lost)."""
+    def cancel_local(self, thread_id: str, reason: str = "cancelled") -> None:
+        """Abandon a run this worker is driving (reason: cancelled, lease_lost, superseded)."""
         task = self._tasks.get(thread_id)
         lease = self._leases.get(thread_id)
         if task is not None and not task.done() and lease is not None:
-            self._abandoned.add(lease)
+            self._abandoned[lease] = reason
             task.cancel()
 
     @property
@@ -159,6 +146,8 @@ class Worker:
         log.info("worker %s starting (version %s, concurrency %d, lease %.1fs)",
                  self.id, self.registry.version, self.concurrency, self.settings.lease_ttl)
         self.hub.attach(self)
+        if self.hub.observers:
+            self.dispatcher.observe = self.hub.effect_done
         try:
             await self._run(stop)
         finally:
@@ -209,7 +198,7 @@ class Worker:
                         continue
                     # Our own lease expired (a blocked loop) and we re-claimed the run: the old
                     # task's epoch is stale, so abandon it before the new one takes its place.
-                    self.cancel_local(rec.thread_id)
+                    self.cancel_local(rec.thread_id, "superseded")
                     lease = Lease(rec.thread_id, self.id, rec.epoch)
                     self._leases[rec.thread_id] = lease
                     self._tasks[rec.thread_id] = tg.create_task(self._drive(rec, lease))
@@ -268,7 +257,7 @@ class Worker:
                 # Taken over (the zombie case) or cancelled: stop running its node.
                 if thread_id in self._tasks:
                     log.info("lost lease on %s; abandoning its in-flight step", thread_id)
-                    self.cancel_local(thread_id)
+                    self.cancel_local(thread_id, FailureCategory.LEASE_LOST.value)
 
     # -- one run ---------------------------------------------------------------------------
 
@@ -280,8 +269,9 @@ class Worker:
         each level of the chain (here, the node, ctx.call, ...), one cache miss or more each
         with thousands of runs in flight."""
         thread_id = rec.thread_id
+        registry, hub, store = self.registry, self.hub, self.store
+        obs = hub.observe_run(rec, self.id) if hub.observers else None
         try:
-            registry, hub, store = self.registry, self.hub, self.store
             agent = registry.agents.get(rec.agent)
             if agent is None:  # not claimable by us; claim filters by agent
                 raise DefinitionError(f"agent {rec.agent!r} is not registered in this worker")
@@ -301,7 +291,8 @@ class Worker:
                     ctx = Context(store=store, lease=lease, agent=agent.name, node=node_name,
                                   step=step, attempt=attempt, journal=journal, sink=hub.emit,
                                   effect_handlers=registry.effect_handlers, inbox=inbox,
-                                  agents=registry.agents, version=registry.version)
+                                  agents=registry.agents, version=registry.version,
+                                  observer=obs)
                     if inbox:
                         hub.emit(rec.thread_id, {"type": "processing", "step": step,
                                                      "inbox": len(inbox)})
@@ -309,6 +300,8 @@ class Worker:
                         cmd = await node.fn(dict(state), ctx)
                     except Suspend as suspend:
                         await self._park(lease, step, node_name, suspend.park)
+                        if obs is not None:
+                            obs.parked(step, node_name, attempt, started, suspend.park.kind)
                         return
                     next_node = _check_command(agent, node_name, cmd)
                     parks = cmd.kind == "receive"
@@ -326,7 +319,8 @@ class Worker:
                     raise
                 except Exception as exc:
                     failures += 1
-                    await self._failed(agent, node_name, lease, failures, exc)
+                    await self._failed(agent, node_name, lease, failures, exc, obs, step,
+                                       attempt, started)
                     return
                 if parks:
                     status = "waiting"
@@ -334,10 +328,11 @@ class Worker:
                     status = "completed"
                 else:
                     status = "queued" if self._stopping else "running"
+                ended = time.time()
                 try:
                     finished = await store.commit_step(StepCommit(
                         lease=lease, step=step, node=node_name or "", next_node=next_node, kind=kind,
-                        data=data, attempt=attempt, started_at=started, finished_at=time.time(),
+                        data=data, attempt=attempt, started_at=started, finished_at=ended,
                         status=status, waiting_for="mail" if parks else None, effects=ctx.effects,
                         children=ctx.children, messages=ctx.messages, groups=ctx.groups,
                         consumed=[m.id for m in inbox] if inbox else (), run=rec,
@@ -346,9 +341,13 @@ class Worker:
                     raise
                 except Exception as exc:  # a duplicate effect key or a failed transactional effect
                     failures += 1
-                    await self._failed(agent, node_name, lease, failures, exc)
+                    await self._failed(agent, node_name, lease, failures, exc, obs, step,
+                                       attempt, started)
                     return
                 self.steps_committed += 1
+                if obs is not None:
+                    obs.step(step, node_name, attempt, started, ended, status, len(inbox),
+                             len(ctx.messages))
                 if hub.watched(thread_id):
                     _step_events(hub, thread_id, step, node_name, next_node, status,
                                  received=bool(inbox), sent=len(ctx.messages))
@@ -360,18 +359,26 @@ class Worker:
                 node_name, attempt, failures, journal, inbox = next_node, 1, 0, [], []
         except asyncio.CancelledError:
             if lease in self._abandoned or self._leases.get(thread_id) is not lease:
-                return  # cancelled run, lost lease, or superseded by a newer claim of ours
+                if obs is not None:  # cancelled, lease lost, or superseded by our own re-claim
+                    obs.released(self._abandoned.get(lease, "superseded"))
+                return
             self._orphans[thread_id] = lease
+            if obs is not None:
+                obs.released("shutdown")
             raise
         except LeaseLost as exc:
             log.info("%s", exc)
-        except Exception:
+            if obs is not None:
+                obs.released(FailureCategory.LEASE_LOST.value)
+        except Exception as exc:
             # A store outage or an internal error: give the run back rather than hold it.
             log.exception("run %s: step aborted; the run is released for retry", thread_id)
             self._orphans[thread_id] = lease
+            if obs is not None:
+                obs.released(categorize(exc).value)
         finally:
             # Only clear the entries if they are still ours (a re-claim may have replaced them).
-            self._abandoned.discard(lease)
+            self._abandoned.pop(lease, None)
             if self._leases.get(thread_id, lease) is lease:
                 self._tasks.pop(thread_id, None)
                 self._forget(lease)
@@ -396,16 +403,18 @@ class Worker:
             del self._leases[lease.thread_id]
 
     async def _failed(
-        self, agent: Agent, node_name: str | None, lease: Lease, failures: int, exc: Exception
+        self, agent: Agent, node_name: str | None, lease: Lease, failures: int, exc: Exception,
+        obs: RunObserver | None, step: int, attempt: int, started: float,
     ) -> None:
-        category = next((c for t, c in _FINAL.items() if isinstance(exc, t)), None)
+        category = categorize(exc)
         delay: float | None = None
-        if category is None:
-            category = FailureCategory.EXCEPTION
+        if category not in FINAL_CATEGORIES:
             node = agent.nodes.get(node_name or "")
             policy = agent.retry_for(node) if node is not None else agent.retry
             delay = policy.next_delay(failures, exc)
-        error = error_json(category, exc)
+        error = error_json(category, exc, failures)
+        if obs is not None:
+            obs.failed(step, node_name, attempt, started, category, exc, delay is None)
         if delay is None:
             log.warning("run %s failed (%s) at node %s: %r", lease.thread_id, category.value,
                         node_name, exc)

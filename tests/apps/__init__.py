@@ -11,7 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlsplit
@@ -110,18 +110,21 @@ class Workers:
             w.ensure_dead()
 
     def start(self, *, concurrency: int, lease_ttl: float, verbose: bool = False,
-              poll_interval: float = 0.1) -> WorkerProcess:
+              poll_interval: float = 0.1, extra: Sequence[str] = (),
+              env: Mapping[str, str] | None = None) -> WorkerProcess:
         path = os.pathsep.join(p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH")) if p)
         env = {
             **os.environ,
             "PYTHONPATH": path,
             CALL_LOG_ENV: str(self.call_log),
             "TETHER_POLL_INTERVAL": str(poll_interval),
+            **(env or {}),
         }
         args = [sys.executable, "-m", "tether", "worker", "--app", self.app, "--db", self.db_url,
                 "--concurrency", str(concurrency), "--lease-ttl", str(lease_ttl)]
         if verbose:
             args.append("-v")
+        args.extend(extra)
         output = self.workdir / f"worker-{len(self.started)}.out"
         worker = WorkerProcess(args, env, self.workdir, output)
         self.started.append(worker)

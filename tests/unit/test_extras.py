@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +103,45 @@ def test_tether_saver_on_postgres_names_its_extra() -> None:
     assert proc.stdout.strip() == (
         "MissingExtra TetherSaver on Postgres needs the 'postgres' extra (psycopg is not "
         'installed): pip install "tether[postgres]"')
+
+
+def test_metrics_port_without_the_metrics_extra_names_it(tmp_path: Path) -> None:
+    proc = without(EXTRAS["metrics"], f"""
+        import tether
+        from tether.cli import main
+        sys.modules["obsapp"] = type(sys)("obsapp")
+        sys.modules["obsapp"].rt = tether.Runtime("sqlite:///{tmp_path}/x.db",
+                                                  agents=[tether.Agent("a")])
+        sys.exit(main(["worker", "--app", "obsapp:rt", "--metrics-port", "0"]))
+        """)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "tether: error: tether worker --metrics-port needs the 'metrics' extra "
+        '(prometheus_client is not installed): pip install "tether[metrics]"')
+
+
+def test_tracing_asked_for_without_the_otel_extra_names_it(tmp_path: Path) -> None:
+    proc = without(EXTRAS["otel"], f"""
+        import os
+        import tether
+        from tether.cli import main
+        os.environ["OTEL_TRACES_EXPORTER"] = "console"
+        sys.modules["obsapp"] = type(sys)("obsapp")
+        sys.modules["obsapp"].rt = tether.Runtime("sqlite:///{tmp_path}/x.db",
+                                                  agents=[tether.Agent("a")])
+        sys.exit(main(["worker", "--app", "obsapp:rt"]))
+        """)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "tether: error: tether worker with OTEL_TRACES_EXPORTER set needs the 'otel' extra "
+        '(opentelemetry is not installed): pip install "tether[otel]"')
+
+
+def test_metrics_and_tracing_are_off_without_their_extras() -> None:
+    proc = without(EXTRAS["metrics"] + EXTRAS["otel"], """
+        import tether, tether.observe
+        rt = tether.Runtime("sqlite:///:memory:")
+        print(tether.observe.enable_tracing_from_env(rt, "x"), rt.hub.observers)
+        """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[] []"

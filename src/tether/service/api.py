@@ -41,6 +41,7 @@ from ..errors import (
     StoreError,
     TetherError,
 )
+from ..observe.metrics import Metrics
 from ..runtime import Runtime
 from ..types import RunStatus
 from .dashboard import dashboard_router
@@ -66,6 +67,7 @@ from .models import (
     StartRun,
     sse_schema,
 )
+from .observe import add_metrics_route, metrics_available, observing
 
 log = logging.getLogger("tether.service")
 
@@ -243,10 +245,17 @@ def create_app(
     if worker_concurrency is not None and worker_concurrency < 1:
         raise ConfigError(f"worker_concurrency must be >= 1, got {worker_concurrency}")
     worker: dict[str, asyncio.Task[None]] = {}
+    metrics = Metrics() if metrics_available() else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await runtime.open()
+        with observing(runtime, metrics):
+            async with _lifespan():
+                yield
+
+    @contextlib.asynccontextmanager
+    async def _lifespan() -> AsyncIterator[None]:
         stop = asyncio.Event()
         if worker_concurrency is not None:
             worker["task"] = asyncio.create_task(
@@ -278,6 +287,7 @@ def create_app(
     app.state.draining = False
     app.include_router(dashboard_router(runtime, token=token or None, read_only=read_only,
                                         draining=lambda: app.state.draining))
+    add_metrics_route(app, runtime, metrics)
 
     # -- errors ----------------------------------------------------------------------------
 

@@ -261,6 +261,20 @@ def same_run(existing: RunRecord, new: NewRun, by: str) -> RunRecord:
     return existing
 
 
+@dataclass(frozen=True, slots=True)
+class StatusCounts:
+    """Store-wide counts: runs by (status, version), effects not done by status."""
+
+    runs: dict[tuple[str, str], int]
+    effects: dict[str, int]
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[tuple[str, str, str, int]]) -> StatusCounts:
+        runs = {(status, version): int(n) for kind, status, version, n in rows if kind == "run"}
+        effects = {status: int(n) for kind, status, _, n in rows if kind == "effect"}
+        return cls(runs, effects)
+
+
 class Store(Protocol):
     """Async persistence for runs, checkpoints, journal, leases (and later outbox, mail)."""
 
@@ -451,3 +465,6 @@ class Store(Protocol):
     async def measure(self, window: float) -> LoadStats:
         """The load over the last `window` seconds (database clock), for the scaling advisor:
         reads only, a few scans; see store/measure.py."""
+
+    async def status_counts(self) -> StatusCounts:
+        """Runs by status and version and effects by status, store-wide, in one query."""

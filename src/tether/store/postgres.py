@@ -41,6 +41,7 @@ from .base import (
     NewRun,
     Park,
     RunRecord,
+    StatusCounts,
     StepCommit,
     finished_run,
     mail_refused,
@@ -590,3 +591,7 @@ class PostgresStore:
             return [tuple(r) for r in await self._conns.read(self._q[name], dict(params))]
 
         return await measure_load(query, await self.now(), window)
+
+    async def status_counts(self) -> StatusCounts:
+        rows = await self._conns.read(self._q["status_counts"], {})
+        return StatusCounts.from_rows([tuple(r) for r in rows])

@@ -29,6 +29,7 @@ from .base import (
     NewRun,
     Park,
     RunRecord,
+    StatusCounts,
     StepCommit,
     finished_run,
     mail_refused,
@@ -629,6 +630,10 @@ class SQLiteStore(SQLiteIO):
             return [tuple(r) for r in await self._r(lambda c: c.execute(q, params).fetchall())]
 
         return await measure_load(query, await self.now(), window)
+
+    async def status_counts(self) -> StatusCounts:
+        q = self._q["status_counts"]
+        return StatusCounts.from_rows(await self._r(lambda c: c.execute(q).fetchall()))
 
 
 def apply_migrations(conn: sqlite3.Connection) -> list[int]:

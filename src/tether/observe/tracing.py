@@ -1,0 +1,289 @@
+"""OpenTelemetry traces of runs (the `otel` extra: opentelemetry-api, and the SDK that
+`configure_from_env` sets up from the OTEL_* variables).
+
+A run's trace outlives any process: its context is the run's *anchor*, a W3C traceparent kept
+with the run (`runs.trace_context`: the `tether.run` span made when it was created, a child of
+the caller's `traceparent` when there was one), or, for a run created where nothing traced,
+one derived from its thread_id, so every worker that ever drives the run, after a SIGKILL or a
+three-day interrupt, puts its spans in the same trace without reading or writing anything.
+
+Spans (attributes tether.thread_id, tether.step, tether.node, tether.attempt, tether.version,
+tether.worker, tether.agent): `tether.run` (the anchor, made at creation; a child run's links
+its parent's), `tether.step` (a child of the anchor, one per execution of a step, on whichever
+worker), `tether.call` (a journaled call made live, a child of its step), `tether.effect` (a
+handler call, a child of the run's anchor). A call whose recorded result was replayed is an
+event `tether.call.replayed` on its step, not a new span. Spans are made when the step ends
+(with its start and end times), so a step costs its spans only, exported as they end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    Status,
+    StatusCode,
+    TraceFlags,
+    set_span_in_context,
+)
+
+from ..errors import ConfigError
+from ..hub import Driver, RunObserver
+from ..retry import FailureCategory
+from ..store.base import EffectRecord, NewRun, RunRecord
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context as OtelContext
+    from opentelemetry.trace import Tracer
+
+SCOPE = "tether"
+
+
+def format_traceparent(ctx: SpanContext) -> str:
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
+def parse_traceparent(value: str | None) -> SpanContext | None:
+    """The span context of a W3C traceparent header, or None if it is not a valid one."""
+    if not value or not isinstance(value, str) or len(value) > 128:
+        return None
+    parts = value.strip().split("-")
+    if len(parts) < 4 or parts[0] == "ff" or len(parts[0]) != 2:
+        return None
+    version, trace_hex, span_hex, flags_hex = parts[:4]
+    if (len(trace_hex) != 32 or len(span_hex) != 16 or len(flags_hex) != 2
+            or (version == "00" and len(parts) != 4)):
+        return None
+    try:
+        trace_id, span_id, flags = int(trace_hex, 16), int(span_hex, 16), int(flags_hex, 16)
+        int(version, 16)
+    except ValueError:
+        return None
+    if trace_id == 0 or span_id == 0:
+        return None
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags & 1))
+
+
+def derived_anchor(thread_id: str) -> SpanContext:
+    """The anchor of a run created where nothing traced: the same for every worker."""
+    digest = hashlib.sha256(b"tether.run\0" + thread_id.encode()).digest()
+    trace_id = int.from_bytes(digest[:16], "big") or 1
+    span_id = int.from_bytes(digest[16:24], "big") or 1
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(1))
+
+
+def anchor_of(thread_id: str, trace_context: str | None) -> SpanContext:
+    """A run's anchor: the stored traceparent, else the one derived from its thread_id."""
+    found = parse_traceparent(trace_context)
+    return found if found is not None else derived_anchor(thread_id)
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+class Tracing:
+    """An Observer making spans of the runs a process creates and drives."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        self.tracer = tracer
+        self._anchors: dict[str, SpanContext] = {}  # recently driven runs' stored anchors
+
+    def _remember(self, thread_id: str, anchor: SpanContext) -> None:
+        if len(self._anchors) >= 10_000:
+            del self._anchors[next(iter(self._anchors))]
+        self._anchors[thread_id] = anchor
+
+    def run_created(self, new: NewRun, parent: RunRecord | None, traceparent: str | None,
+                    at: float) -> str | None:
+        """The `tether.run` anchor span of a new run: a child of `traceparent` (the caller's
+        span) when given, linking its parent run's anchor when it is a child run."""
+        attributes = {"tether.thread_id": new.thread_id, "tether.agent": new.agent,
+                      "tether.version": new.version}
+        caller = parse_traceparent(traceparent)
+        context = set_span_in_context(NonRecordingSpan(caller)) if caller is not None else None
+        links = []
+        if parent is not None:
+            links.append(Link(anchor_of(parent.thread_id, getattr(parent, "trace_context", None))))
+            attributes["tether.parent_thread_id"] = parent.thread_id
+        span = self.tracer.start_span("tether.run", context=context, attributes=attributes,
+                                      links=links, start_time=_ns(at))
+        span.end(end_time=_ns(at))
+        return format_traceparent(span.get_span_context())
+
+    def run_observer(self, run: RunRecord, worker: str) -> RunObserver:
+        observer = _RunTrace(self.tracer, run, worker)
+        if getattr(run, "trace_context", None):
+            self._remember(run.thread_id, observer.anchor)
+        return observer
+
+    def effect(self, effect: EffectRecord, outcome: str, started: float, finished: float) -> None:
+        # The effect row does not carry its run's stored anchor: the one its steps used here
+        # (effects are mostly performed by the worker that ran the step), else the derived one.
+        anchor = self._anchors.get(effect.thread_id) or derived_anchor(effect.thread_id)
+        span = self.tracer.start_span(
+            "tether.effect", context=set_span_in_context(NonRecordingSpan(anchor)),
+            start_time=_ns(started),
+            attributes={"tether.thread_id": effect.thread_id, "tether.step": effect.step,
+                        "tether.effect": effect.name, "tether.effect.key": effect.key,
+                        "tether.attempt": effect.attempts, "tether.outcome": outcome})
+        if outcome in ("retry", "dead"):
+            span.set_status(Status(StatusCode.ERROR, f"effect {outcome}"))
+        span.end(end_time=_ns(finished))
+
+    def worker_started(self, worker: Driver) -> None:
+        pass
+
+    def worker_stopped(self, worker: Driver) -> None:
+        pass
+
+
+class _RunTrace:
+    """The spans of one run while a worker drives it. Calls wait for their step's span, made
+    when the step ends."""
+
+    __slots__ = ("anchor", "attrs", "calls", "links", "parent", "tracer")
+
+    def __init__(self, tracer: Tracer, run: RunRecord, worker: str) -> None:
+        self.tracer = tracer
+        stored = getattr(run, "trace_context", None)
+        self.anchor = anchor_of(run.thread_id, stored)
+        self.parent: OtelContext = set_span_in_context(NonRecordingSpan(self.anchor))
+        self.attrs: dict[str, Any] = {"tether.thread_id": run.thread_id,
+                                      "tether.agent": run.agent, "tether.version": run.version,
+                                      "tether.worker": worker}
+        # A child run created where nothing traced has no anchor span to carry the link to
+        # its parent: its steps carry it.
+        self.links = ([Link(derived_anchor(run.parent_thread_id))]
+                      if run.parent_thread_id and not stored else [])
+        self.calls: list[tuple[str, bool, float, float]] = []
+
+    def call(self, step: int, name: str, replayed: bool, started: float, finished: float) -> None:
+        self.calls.append((name, replayed, started, finished))
+
+    def _step_span(self, step: int, node: str | None, attempt: int, started: float,
+                   extra: Mapping[str, Any]) -> Any:
+        span = self.tracer.start_span(
+            "tether.step", context=self.parent, start_time=_ns(started), links=self.links,
+            attributes={**self.attrs, "tether.step": step, "tether.node": node or "",
+                        "tether.attempt": attempt, **extra})
+        if self.calls:
+            inside = set_span_in_context(span)
+            for name, replayed, t0, t1 in self.calls:
+                if replayed:
+                    span.add_event("tether.call.replayed", {"tether.call": name},
+                                   timestamp=_ns(t0))
+                else:
+                    child = self.tracer.start_span(
+                        "tether.call", context=inside, start_time=_ns(t0),
+                        attributes={**self.attrs, "tether.step": step, "tether.call": name})
+                    child.end(end_time=_ns(t1))
+            self.calls.clear()
+        return span
+
+    def step(self, step: int, node: str, attempt: int, started: float, finished: float,
+             status: str, received: int, sent: int) -> None:
+        span = self._step_span(step, node, attempt, started, {"tether.status": status})
+        span.end(end_time=_ns(finished))
+
+    def parked(self, step: int, node: str, attempt: int, started: float, kind: str) -> None:
+        span = self._step_span(step, node, attempt, started, {"tether.parked": kind})
+        span.end()
+
+    def failed(self, step: int, node: str | None, attempt: int, started: float,
+               category: FailureCategory, exc: BaseException, final: bool) -> None:
+        span = self._step_span(step, node, attempt, started,
+                               {"tether.failure.category": category.value,
+                                "tether.failure.final": final})
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        span.end()
+
+    def released(self, reason: str) -> None:
+        if self.calls:  # a step in flight was abandoned: its live calls still happened
+            name = self.calls[0][0]
+            span = self.tracer.start_span("tether.step", context=self.parent,
+                                          start_time=_ns(self.calls[0][2]),
+                                          attributes={**self.attrs, "tether.released": reason,
+                                                      "tether.call": name})
+            span.set_status(Status(StatusCode.ERROR, f"released: {reason}"))
+            self.calls.clear()
+            span.end()
+
+
+# -- the SDK from OTEL_* -------------------------------------------------------------------
+
+EXPORTERS = ("console", "otlp", "none")
+_INTS = ("OTEL_BSP_SCHEDULE_DELAY", "OTEL_BSP_EXPORT_TIMEOUT", "OTEL_BSP_MAX_QUEUE_SIZE",
+         "OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
+
+
+def check_env(env: Mapping[str, str]) -> list[str]:
+    """The exporters asked for, after checking every OTEL_* setting tether relies on
+    (ConfigError naming the variable otherwise)."""
+    from opentelemetry.sdk.trace.sampling import _KNOWN_SAMPLERS
+
+    names = [n.strip().lower() for n in env.get("OTEL_TRACES_EXPORTER", "").split(",")
+             if n.strip()]
+    for n in names:
+        if n not in EXPORTERS:
+            raise ConfigError(f"OTEL_TRACES_EXPORTER={env['OTEL_TRACES_EXPORTER']!r}: tether "
+                              f"configures {', '.join(EXPORTERS)}")
+    sampler = env.get("OTEL_TRACES_SAMPLER", "").strip().lower()
+    if sampler and sampler not in _KNOWN_SAMPLERS:
+        raise ConfigError(f"OTEL_TRACES_SAMPLER={sampler!r} is not one of "
+                          f"{', '.join(sorted(_KNOWN_SAMPLERS))}")
+    if sampler.endswith("traceidratio") and env.get("OTEL_TRACES_SAMPLER_ARG"):
+        try:
+            ratio = float(env["OTEL_TRACES_SAMPLER_ARG"])
+        except ValueError:
+            ratio = -1.0
+        if not 0.0 <= ratio <= 1.0:
+            raise ConfigError(f"OTEL_TRACES_SAMPLER_ARG={env['OTEL_TRACES_SAMPLER_ARG']!r} "
+                              "must be a ratio within 0..1")
+    for var in _INTS:
+        raw = env.get(var)
+        if raw is not None and raw.strip() and not (raw.strip().isdigit() and int(raw) > 0):
+            raise ConfigError(f"{var}={raw!r} must be a positive integer (milliseconds or a "
+                              "count)")
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT")
+    if "otlp" in names and endpoint and not endpoint.startswith(("http://", "https://")):
+        raise ConfigError(f"the OTLP endpoint {endpoint!r} must be an http:// or https:// URL")
+    return [n for n in names if n != "none"]
+
+
+def configure_from_env(env: Mapping[str, str] | None = None,
+                       ) -> tuple[Tracer, Callable[[], None]]:
+    """A tracer on an SDK TracerProvider set up from OTEL_* (service name and resource
+    attributes, sampler, batch processor settings, exporters), made the global provider too
+    so spans of instrumented libraries join; and its shutdown (flushes what is queued)."""
+    env = os.environ if env is None else env
+    names = check_env(env)
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+    provider = TracerProvider(resource=Resource.create())
+    for name in names:
+        if name == "console":
+            provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+        else:
+            try:
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
+                    OTLPSpanExporter,
+                )
+            except ImportError:
+                raise ConfigError(
+                    "OTEL_TRACES_EXPORTER=otlp needs the OTLP exporter: "
+                    'pip install "opentelemetry-exporter-otlp-proto-http"') from None
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    return provider.get_tracer(SCOPE), provider.shutdown

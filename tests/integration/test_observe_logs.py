@@ -1,0 +1,43 @@
+"""Structured logs: one JSON line per finished run and per failed step."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+from apps import observe_app as app
+from apps.inprocess import WAIT, working
+from tether.observe import enable_json_logs
+
+
+async def test_one_json_line_per_finished_run_and_per_failure(db_url: str) -> None:
+    out = io.StringIO()
+    rt = app.make_runtime().with_db(db_url)
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    formatters = [h.formatter for h in handlers]
+    try:
+        enable_json_logs(rt, out)
+        async with working(rt):
+            ok = await rt.start(app.agent, {"steps": 2, "fail": 1})
+            bad = await rt.start(app.agent, {"steps": 2, "fail": 3})
+            assert (await rt.wait(ok.thread_id, timeout=WAIT)).status == "completed"
+            assert (await rt.wait(bad.thread_id, timeout=WAIT)).status == "failed"
+    finally:
+        for h, f in zip(handlers, formatters, strict=True):
+            h.setFormatter(f)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    finished = {r["thread_id"]: r for r in lines if r["event"] == "run_finished"}
+    assert set(finished) == {ok.thread_id, bad.thread_id}
+    good = finished[ok.thread_id]
+    assert (good["agent"], good["version"], good["status"], good["steps"]) == ("obs", "v1",
+                                                                              "completed", 2)
+    assert good["total_ms"] >= good["exec_ms"] > 0 and good["wait_ms"] is not None
+    assert finished[bad.thread_id]["status"] == "failed"
+    assert finished[bad.thread_id]["attempts"] == 3
+    failures = [(r["thread_id"], r["attempt"], r["category"], r["final"]) for r in lines
+                if r["event"] == "step_failed"]
+    assert sorted(failures) == sorted([
+        (ok.thread_id, 1, "exception", False), (bad.thread_id, 1, "exception", False),
+        (bad.thread_id, 2, "exception", False), (bad.thread_id, 3, "exception", True)])

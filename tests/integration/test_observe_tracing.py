@@ -1,0 +1,107 @@
+"""Traces with the OpenTelemetry SDK's in-memory exporter: a run interrupted, its worker gone,
+and resumed by another runtime continues the same trace; replayed calls are span events, not
+new call spans; a child run links its parent; failures carry the one taxonomy."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import tether
+from apps import eventually
+from apps import observe_app as app
+from apps.inprocess import WAIT, working
+from tether.observe import enable_tracing
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    yield InMemorySpanExporter()
+
+
+def traced(db_url: str, exporter: InMemorySpanExporter) -> tuple[tether.Runtime, TracerProvider]:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    rt = app.make_runtime().with_db(db_url)
+    enable_tracing(rt, provider.get_tracer("tether"))
+    return rt, provider
+
+
+def spans_of(exporter: InMemorySpanExporter, thread_id: str, name: str) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans()
+            if s.name == name and (s.attributes or {}).get("tether.thread_id") == thread_id]
+
+
+def attr(span: ReadableSpan, key: str) -> Any:
+    return (span.attributes or {})[key]
+
+
+async def test_a_resumed_interrupt_continues_the_trace(db_url: str,
+                                                       exporter: InMemorySpanExporter) -> None:
+    rt, provider = traced(db_url, exporter)
+    async with working(rt):
+        run = await rt.start(app.agent, {"steps": 3, "ask": 2})
+
+        async def waiting() -> bool:
+            return (await rt.peek(run.thread_id)).status == "waiting"
+
+        await eventually(waiting, what="the run to wait for input")
+    provider.force_flush()
+    # Another process, later: a new runtime and worker answer and finish the run.
+    rt2, provider2 = traced(db_url, exporter)
+    async with working(rt2):
+        await rt2.resume(run.thread_id, "yes")
+        done = await rt2.wait(run.thread_id, timeout=WAIT)
+    provider2.force_flush()
+    assert done.status == "completed"
+    steps = spans_of(exporter, run.thread_id, "tether.step")
+    assert [(attr(s, "tether.step"), attr(s, "tether.node")) for s in steps] == [
+        (1, "work"), (2, "work"), (2, "work"), (3, "work")]
+    assert attr(steps[1], "tether.parked") == "interrupt"
+    assert len({s.context.trace_id for s in steps}) == 1
+    assert len({s.parent.span_id for s in steps if s.parent}) == 1  # all under one anchor
+    assert {attr(s, "tether.version") for s in steps} == {"v1"}
+    assert all(attr(s, "tether.worker") for s in steps)
+    assert len({attr(s, "tether.worker") for s in steps}) == 2
+    # Step 2's call was made once (a tether.call span) and replayed once (an event).
+    calls = spans_of(exporter, run.thread_id, "tether.call")
+    assert [c.parent.span_id for c in calls if c.parent] == [
+        steps[0].context.span_id, steps[1].context.span_id, steps[3].context.span_id]
+    assert [e.name for e in steps[2].events] == ["tether.call.replayed"]
+    assert [e.name for e in steps[1].events] == []
+
+
+async def test_a_child_run_links_its_parent(db_url: str, exporter: InMemorySpanExporter) -> None:
+    rt, provider = traced(db_url, exporter)
+    async with working(rt):
+        run = await rt.start(app.agent, {"steps": 1, "spawn": 1})
+        await rt.wait(run.thread_id, timeout=WAIT)
+        child = await rt.wait(f"{run.thread_id}.child", timeout=WAIT)
+    provider.force_flush()
+    assert child.status == "completed"
+    [parent_step] = spans_of(exporter, run.thread_id, "tether.step")
+    [child_step] = spans_of(exporter, child.thread_id, "tether.step")
+    assert child_step.context.trace_id != parent_step.context.trace_id
+    assert [link.context.trace_id for link in child_step.links] == [parent_step.context.trace_id]
+
+
+async def test_failures_carry_their_category_and_finality(
+        db_url: str, exporter: InMemorySpanExporter) -> None:
+    rt, provider = traced(db_url, exporter)
+    async with working(rt):
+        run = await rt.start(app.agent, {"steps": 1, "fail": 3})
+        done = await rt.wait(run.thread_id, timeout=WAIT)
+    provider.force_flush()
+    assert done.status == "failed" and done.error is not None
+    assert done.error.category == "exception"
+    steps = spans_of(exporter, run.thread_id, "tether.step")
+    assert [(attr(s, "tether.attempt"), attr(s, "tether.failure.category"),
+             attr(s, "tether.failure.final")) for s in steps] == [
+        (1, "exception", False), (2, "exception", False), (3, "exception", True)]
+    assert all(s.status.status_code.name == "ERROR" for s in steps)
+    assert all(e.name == "exception" for s in steps for e in s.events[-1:])
