@@ -9,8 +9,9 @@ from importlib import resources
 
 import pytest
 
+from tether import Checkpoint
 from tether.service import dashboard_auth
-from tether.service.dashboard import STATIC
+from tether.service.dashboard import STATIC, timeline
 from tether.service.dashboard_auth import UiAuth
 from tether.service.dashboard_input import Refused, RunFilter, decode_cursor, encode_cursor
 from tether.service.dashboard_live import LiveHub
@@ -171,3 +172,31 @@ def test_templates_and_assets_ship_in_the_package() -> None:
     for name in STATIC:
         assert pkg.joinpath("static", name).read_bytes()
     assert b"Zero-Clause BSD" in pkg.joinpath("static", "htmx.LICENSE.txt").read_bytes()
+
+
+# -- the timeline -------------------------------------------------------------------------------
+
+
+def _cps(n: int) -> list[Checkpoint]:
+    return [Checkpoint("t", i, "tick", "tick" if i < n else None, {"n": i, "seen": list(range(i))},
+                       "delta", "w", 1, float(i), float(i) + (0.5 if i % 2 else 0.25))
+            for i in range(1, n + 1)]
+
+
+def test_the_timeline_shows_one_page_of_steps_each_with_its_diff() -> None:
+    page = timeline(_cps(250))
+    assert [r["cp"].step for r in page["rows"]] == list(range(151, 251))
+    assert (page["total"], page["earlier"], page["later"]) == (250, 150, None)
+    first = page["rows"][0]
+    assert first["longest"] == 0.5
+    assert first["diff"] == [Change("n", "changed", 150, 151),
+                             Change("seen", "appended", list(range(150)), [150])]
+    middle = timeline(_cps(250), upto=150)
+    assert [r["cp"].step for r in middle["rows"]] == list(range(51, 151))
+    assert (middle["earlier"], middle["later"]) == (50, 250)
+    start = timeline(_cps(250), upto=20)
+    assert [r["cp"].step for r in start["rows"]] == list(range(1, 21))
+    assert start["rows"][0]["diff"] is None  # no checkpoint before the first
+    assert (start["earlier"], start["later"]) == (None, 120)
+    assert timeline(_cps(250), upto=0)["rows"] == []
+    assert timeline([]) == {"rows": [], "total": 0, "earlier": None, "later": None}

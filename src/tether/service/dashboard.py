@@ -11,6 +11,7 @@ and has changed nothing.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import hashlib
 import logging
@@ -43,6 +44,8 @@ from .dashboard_render import environment, render, state_diff
 log = logging.getLogger("tether.dashboard")
 audit = logging.getLogger("tether.audit")
 
+TIMELINE_PAGE = 100
+"""Steps per page of a run's timeline."""
 COUNT_CAP = 1000
 """Counts on the overview stop here ("1000+"): the Runtime has no count query yet."""
 STATIC = {
@@ -228,7 +231,7 @@ def dashboard_router(
                           [(e.key, e.status, e.attempts) for e in effects]])
         return run, interrupts, effects, inbox, fp
 
-    async def run_data(thread_id: str) -> dict[str, Any]:
+    async def run_data(thread_id: str, upto: int | None = None) -> dict[str, Any]:
         run, interrupts, effects, inbox, fp = await run_live(thread_id)
         cps = await runtime.checkpoints(thread_id)
         # The state after the last checkpoint is the run's state; before its first step it
@@ -239,7 +242,7 @@ def dashboard_router(
         else:
             run = dataclasses.replace(await runtime.get(thread_id), inbox_depth=len(inbox))
         return {"run": run, "interrupts": interrupts, "effects": effects, "inbox": inbox,
-                "timeline": timeline(cps), "fp": fp,
+                "timeline": timeline(cps, upto), "fp": fp,
                 "pending": [i for i in interrupts if i.status == "pending"]}
 
     async def inbox_data() -> dict[str, Any]:
@@ -302,7 +305,10 @@ def dashboard_router(
     @view
     async def run_page(request: Request, v: Visit) -> Response:
         tid = check_id(request.path_params["thread_id"], "thread_id")
-        data = await run_data(tid)
+        raw = request.query_params.get("steps", "")
+        if raw and not (raw.isdigit() and len(raw) < 12):
+            raise Refused(400, f"steps must be a step number, got {raw!r}.")
+        data = await run_data(tid, int(raw) if raw else None)
         return page(request, v, "run.html", nav="runs", live="run:" + tid, **data)
 
     @router.get("/ui/interrupts")
@@ -531,14 +537,22 @@ async def _fp(data: Awaitable[dict[str, Any]]) -> str:
     return fp
 
 
-def timeline(cps: list[Checkpoint]) -> list[dict[str, Any]]:
-    """The checkpoint rows of the run page: each step with its diff from the step before
-    (the first step has no earlier checkpoint to compare with) and its duration bar."""
+def timeline(cps: list[Checkpoint], upto: int | None = None) -> dict[str, Any]:
+    """One page of the run's checkpoint timeline: the TIMELINE_PAGE steps ending at `upto`
+    (default: the latest), each with its diff from the step before (the first step has no
+    earlier checkpoint to compare with) and its duration bar; and the neighbouring pages.
+    Only the shown steps are diffed and rendered: a long run's page stays small."""
+    steps = [cp.step for cp in cps]
+    end = len(cps) if upto is None else bisect.bisect_right(steps, upto)
+    start = max(0, end - TIMELINE_PAGE)
     longest = max((cp.duration for cp in cps), default=0.0)
     rows: list[dict[str, Any]] = []
-    prev: dict[str, Any] | None = None
-    for cp in cps:
+    for i in range(start, end):
+        cp = cps[i]
         rows.append({"cp": cp, "longest": longest,
-                     "diff": None if prev is None else state_diff(prev, cp.state)})
-        prev = cp.state
-    return rows
+                     "diff": None if i == 0 else state_diff(cps[i - 1].state, cp.state)})
+    return {
+        "rows": rows, "total": len(cps),
+        "earlier": cps[start - 1].step if start > 0 else None,
+        "later": cps[min(len(cps), end + TIMELINE_PAGE) - 1].step if end < len(cps) else None,
+    }

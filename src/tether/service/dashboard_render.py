@@ -45,14 +45,26 @@ def state_diff(old: Any, new: Any, path: str = "") -> list[Change]:
     if _same(old, new):
         return []
     if (isinstance(old, list) and isinstance(new, list) and len(new) > len(old)
-            and all(_same(a, b) for a, b in zip(old, new, strict=False))):
+            and _same(old, new[:len(old)])):
         return [Change(path or "(state)", "appended", old, new[len(old):])]
     return [Change(path or "(state)", "changed", old, new)]
 
 
 def _same(a: Any, b: Any) -> bool:
-    # 1 == True and 1 == 1.0 in Python, but they are different JSON values.
-    return type(a) is type(b) and a == b
+    """Equal as JSON values. Python's == says 1 == True == 1.0, JSON does not: containers
+    that compare equal (at C speed) are confirmed by their encodings."""
+    if type(a) is not type(b) or a != b:
+        return False
+    if isinstance(a, (dict, list)):
+        return _encode(a) == _encode(b)
+    return True
+
+
+def _encode(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        return repr(value).encode()
 
 
 def to_json(value: Any, indent: bool = True) -> str:
