@@ -180,6 +180,11 @@ def test_fork_from_step_2_and_see_the_new_run(server: Server, context: BrowserCo
     with server.client() as c:
         tid = start(c, "ticker", {"steps": 4, "delay": 0.01})
         wait_status(c, tid, "completed")
+        listing = context.new_page()  # the runs list, open in another tab
+        listing.goto(f"{server.base_url}/ui/runs")
+        expect(listing.locator(f"tr[data-thread='{tid}']")).to_be_visible()
+        expect(listing.locator("body[data-live=connected]")).to_be_attached()
+        listing.evaluate("window.__notReloaded = true")
         page = context.new_page()
         page.goto(f"{server.base_url}/ui/runs/{tid}")
         rows = page.locator("table.timeline > tbody > tr")
@@ -203,8 +208,8 @@ def test_fork_from_step_2_and_see_the_new_run(server: Server, context: BrowserCo
         forked = c.get(f"/runs/{new}").json()
         assert forked["forked_from"] == tid and forked["forked_step"] == 2
         assert forked["state"]["n"] == 4 and forked["state"]["seen"] == [1, 2, 3, 4]
-        page.goto(f"{server.base_url}/ui/runs")
-        expect(page.locator(f"tr[data-thread='{new}']")).to_contain_text("fork")
+        expect(listing.locator(f"tr[data-thread='{new}']")).to_contain_text("fork")  # live
+        assert listing.evaluate("window.__notReloaded") is True
 
 
 def test_retry_a_dead_effect(server: Server, context: BrowserContext, tmp_path: Path) -> None:
@@ -322,6 +327,9 @@ def test_bad_input_in_every_form_is_refused_plainly(server: Server,
         expect(error_banner(page)).to_contain_text("Unknown status 'bogus'")
         page.goto(f"{server.base_url}/ui/runs?cursor=garbage")
         expect(error_banner(page)).to_contain_text("page cursor")
+        resp = page.goto(f"{server.base_url}/ui/runs/{tid}?steps=last")
+        assert resp is not None and resp.status == 400
+        expect(error_banner(page)).to_contain_text("steps must be a step number")
 
         # Fork at a step that is not a number, and at one the run does not have.
         page.goto(f"{server.base_url}/ui/runs/{tid}")

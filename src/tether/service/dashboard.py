@@ -40,6 +40,7 @@ from .dashboard_input import (
 )
 from .dashboard_live import LiveHub
 from .dashboard_render import environment, render, state_diff
+from .events import encode
 
 log = logging.getLogger("tether.dashboard")
 audit = logging.getLogger("tether.audit")
@@ -365,10 +366,10 @@ def dashboard_router(
                         quiet += 1.0
                         if quiet >= 15.0:
                             quiet = 0.0
-                            yield b": keepalive\n\n"
+                            yield encode(None)
                         continue
                     quiet = 0.0
-                    yield b"event: changed\ndata: {}\n\n"
+                    yield encode({"type": "changed", "topic": topic})
 
         resp = StreamingResponse(frames(), media_type="text/event-stream",
                                  headers={"X-Accel-Buffering": "no"})
