@@ -175,6 +175,14 @@ def test_cancel_a_run(server: Server, context: BrowserContext) -> None:
         page.wait_for_timeout(1000)
         assert c.get(f"/runs/{tid}").json()["step"] == step  # nothing ran after the cancel
 
+        page.goto(f"{server.base_url}/ui")
+        expect(page.locator("tr[data-status=cancelled] td.num").first).to_have_text("1")
+        expect(page.locator("tr[data-status=running] td.num").first).to_have_text("0")
+        page.locator("tr[data-status=cancelled] a").click()
+        expect(page).to_have_url(re.compile(r"/ui/runs\?status=cancelled$"))
+        expect(page.locator("table.runs > tbody > tr")).to_have_count(1)
+        expect(page.locator(f"tr[data-thread='{tid}']")).to_contain_text("cancelled")
+
 
 def test_fork_from_step_2_and_see_the_new_run(server: Server, context: BrowserContext) -> None:
     with server.client() as c:
