@@ -1,6 +1,7 @@
 """How the Postgres store says a step's writes: the parameters of the step commits (one
 statement: commit_step, commit_step_notify, commit_step_wake) and the transaction of a step
-that carries mail, effects or groups (step_transaction)."""
+that carries mail, effects or groups (step_transaction). Which kind a step is, and whom it
+wakes, is plan.py's to decide."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Final
 from ..errors import DuplicateEffectKey, EffectError, LeaseLost, RunNotFound
 from .base import NewRun, StepCommit
 from .pg_conn import BEGIN, Conn, Params, TxBody
+from .plan import StepWakes
 
 _NEW_RUN_FIELDS: Final = tuple(NewRun.__dataclass_fields__)  # a child run's parameters
 
@@ -40,9 +42,9 @@ def add_children(params: Params, children: Sequence[NewRun]) -> None:
         params["c_" + name] = [getattr(child, name) for child in children]
 
 
-def step_transaction(q: dict[str, bytes], commit: StepCommit, terminal: bool
+def step_transaction(q: dict[str, bytes], commit: StepCommit, wakes: StepWakes
                      ) -> tuple[TxBody[None], bool]:
-    """A step carrying mail, effects, groups, or waking another run: one transaction that
+    """A FULL step (plan.py), with its checks and wake-ups `wakes`: one transaction that
     locks every run row it touches first (lock_runs), then writes (commit_step_tx), then
     wakes (wake_after_commit), in three statements and as few round trips. Unless a
     transactional effect must run in it, the COMMIT goes in the same pipeline: one round
@@ -65,12 +67,8 @@ def step_transaction(q: dict[str, bytes], commit: StepCommit, terminal: bool
     params["e_statuses"] = ["pending" if e.apply is None else "done" for e in effects]
     params["e_compensables"] = [e.compensable for e in effects]
     applied = [e for e in effects if e.apply is not None]
-    if len(set(params["e_keys"])) < len(effects):
-        raise DuplicateEffectKey(f"run {tid!r}: an effect key is used twice in one step")
-    direct = sorted({m.recipient for m in commit.messages if m.recipient is not None})
-    params["direct"] = direct
-    groups = sorted({m.group for m in commit.messages
-                     if m.recipient is None and m.group is not None})
+    terminal, direct, groups = wakes.terminal, wakes.direct, list(wakes.groups)
+    params["direct"] = list(direct)
 
     async def body(conn: Conn) -> None:
         members: dict[str, list[str]] = {}
@@ -89,9 +87,8 @@ def step_transaction(q: dict[str, bytes], commit: StepCommit, terminal: bool
         recipients = sorted({rcpt for rcpt, _ in sent})
         wake = {"recipients": recipients, "thread_id": tid, "epoch": params["epoch"],
                 "step": params["step"], "parent": terminal,
-                "mail": commit.waiting_for == "mail",
-                "notify": bool(commit.children or sent or commit.status == "queued"),
-                "effects": len(applied) < len(effects)}
+                "mail": wakes.mail_requeue, "notify": wakes.announce,
+                "effects": wakes.dispatchers}
         async with conn.pipeline():
             if not groups:
                 await conn.execute(BEGIN)

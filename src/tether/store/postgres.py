@@ -55,6 +55,7 @@ from .pg_commit import DoneMarks, GroupCommitter
 from .pg_conn import BEGIN, Conn, Params, PgConnections
 from .pg_listen import CHANNEL, EFFECTS_CHANNEL, Listener
 from .pg_steps import add_children, step_params, step_transaction
+from .plan import FINISH, FULL, RELEASE, SPAWN, step_kind, step_wakes, wakes_workers
 
 __all__ = ["CHANNEL", "EFFECTS_CHANNEL", "PostgresStore"]
 
@@ -303,39 +304,40 @@ class PostgresStore:
         return [JournalRecord(r[0], r[1], r[2]) for r in rows]
 
     async def commit_step(self, commit: StepCommit) -> RunRecord | None:
-        lease, terminal = commit.lease, commit.status in TERMINAL
-        finished: RunRecord | None = None
-        if (commit.effects or commit.messages or commit.consumed or commit.groups
-                or commit.waiting_for == "mail"):
-            body, commits = step_transaction(self._q, commit, terminal)
+        kind = step_kind(commit)
+        if kind is FULL:
+            wakes = step_wakes(commit)
+            body, commits = step_transaction(self._q, commit, wakes)
             await self._conns.transaction(body, body_commits=commits)
+            if wakes.workers:
+                self.work_available.set()
+            if wakes.dispatchers:
+                self.effects_available.set()
+            return None
+        # One statement, group-committed: commit_step (ADVANCE, the hot path; FINISH; MOVE)
+        # or a form of it that also spawns (SPAWN) or wakes (RELEASE).
+        params = step_params(commit)
+        if kind is SPAWN:
+            add_children(params, commit.children)
+            query = self._q["commit_step_notify"]
+        elif kind is RELEASE:
+            query = self._q["commit_step_wake"]
         else:
-            params = step_params(commit)
-            run = commit.run
-            ends: RunRecord | None = None  # a run without a parent, finished by this step
-            if commit.children:
-                add_children(params, commit.children)
-                query = self._q["commit_step_notify"]
-            elif commit.status == "completed" and run is not None and run.parent_thread_id is None:
-                # Nobody to wake: a plain commit_step, its record built from the claimed one.
-                query, ends = self._q["commit_step"], run
-            elif commit.status == "queued" or terminal:
-                query = self._q["commit_step_wake"]
-            else:
-                query = self._q["commit_step"]  # the hot path: one statement, group-committed
-            row = await self._committer.write(query, params, lease.thread_id)
-            if not row:
-                raise LeaseLost(
-                    f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed"
-                )
-            if ends is not None:
-                finished = finished_run(ends, commit, row[1])
-            elif terminal and query is self._q["commit_step_wake"]:
-                finished = _run(row[:_RUN_WIDTH])
-        if commit.children or commit.messages or commit.status == "queued" or terminal:
+            query = self._q["commit_step"]
+        lease = commit.lease
+        row = await self._committer.write(query, params, lease.thread_id)
+        if not row:
+            raise LeaseLost(
+                f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed"
+            )
+        finished: RunRecord | None = None
+        if kind is FINISH:
+            assert commit.run is not None
+            finished = finished_run(commit.run, commit, row[1])  # (thread_id, updated_at)
+        elif kind is RELEASE and commit.status in TERMINAL:
+            finished = _run(row[:_RUN_WIDTH])
+        if wakes_workers(kind):
             self.work_available.set()
-        if commit.effects:
-            self.effects_available.set()
         return finished
 
     async def fail_step(

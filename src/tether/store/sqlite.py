@@ -1,11 +1,13 @@
 """SQLite store: the embedded default.
 
-The connections, their group commit and the URL are in sqlite_io.py (SQLiteIO); this module
-holds SQLiteStore, the Store protocol's methods on top of them.
+SQLiteStore owns its connections part (sqlite_io.py: the settings, the two connections and
+their group commit) and holds the Store protocol's methods on top of it. Which kind a step
+commit is, and whom it wakes, is plan.py's to decide; this module says it in SQLite.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -13,11 +15,10 @@ from typing import Any, TypeVar, cast
 
 import orjson
 
-from ..errors import DuplicateEffectKey, EffectError, LeaseLost, RunConflict, RunNotFound, SchemaError
+from ..errors import LeaseLost, RunConflict, RunNotFound, SchemaError
 from .base import (
     COMPENSATION_STEP,
     INTERRUPT_CALL,
-    RUN_COLUMNS,
     SLEEP_CALL,
     TERMINAL,
     CheckpointRecord,
@@ -38,13 +39,14 @@ from .base import (
 )
 from .measure import LoadStats
 from .measure import measure as measure_load
-from .migrate import behind_message, latest, migrations
-from .sqlite_io import Fenced, SQLiteIO, _Connections, parse_sqlite_url
+from .migrate import behind_message, latest, queries
+from .plan import ADVANCE, FINISH, StepWakes, step_kind, step_wakes
+from .sqlite_io import Fenced, SQLiteConnections, apply_migrations, parse_sqlite_url, schema_applied
+from .sqlite_steps import step_job
 
 __all__ = ["SQLiteStore", "apply_migrations", "parse_sqlite_url"]
 
 T = TypeVar("T")
-_PARENT = RUN_COLUMNS.index("parent_thread_id")
 
 
 def _run(row: sqlite3.Row | tuple[Any, ...]) -> RunRecord:
@@ -55,18 +57,30 @@ def _checkpoint(row: tuple[Any, ...]) -> CheckpointRecord:
     return CheckpointRecord(*row)
 
 
-class SQLiteStore(SQLiteIO):
+class SQLiteStore:
     dialect = "sqlite"
+
+    def __init__(self, url: str, *, synchronous: str | None = None, busy_timeout: float = 30.0):
+        self._conns = conns = SQLiteConnections(url, synchronous=synchronous,
+                                                busy_timeout=busy_timeout)
+        self.url, self.path, self.memory = url, conns.path, conns.memory
+        self.synchronous, self.busy_timeout = conns.synchronous, conns.busy_timeout
+        self._q = queries("sqlite")
+        self.work_available = asyncio.Event()
+        self.effects_available = asyncio.Event()
+        # The part's two entry points, bound once: every Store method runs its jobs on them.
+        self._w, self._r = conns.write, conns.read
+        self._fx_after = ""  # where claim_effects' walk over runs stopped (round robin)
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.url!r})"
 
-    # -- lifecycle (close() is SQLiteIO's, in sqlite_io.py) --------------------------------
+    # -- lifecycle -------------------------------------------------------------------------
 
     async def open(self, *, check_schema: bool = True) -> None:
-        if self._conns is not None:
+        if self._conns.is_open:
             return
-        self._conns = _Connections(self._connect, shared=self.memory, set_sql={
+        self._conns.open(set_sql={
             self._q[name]: self._q[f"{name}_set"]
             for name in ("insert_journal", "advance_run", "insert_checkpoint", "insert_fresh_run",
                          "finish_run")})
@@ -76,20 +90,13 @@ class SQLiteStore(SQLiteIO):
                 await self.close()
                 raise SchemaError(behind_message(current, target, self.url))
 
+    async def close(self) -> None:
+        self._conns.close()
+
     # -- schema ----------------------------------------------------------------------------
 
-    @staticmethod
-    def _applied(conn: sqlite3.Connection) -> int:
-        row = conn.execute(
-            "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='schema_version'"
-        ).fetchone()
-        if not row[0]:
-            return 0
-        got = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0]
-        return int(got or 0)
-
     async def schema_version(self) -> tuple[int, int]:
-        current = await self._r(self._applied, snapshot=True)
+        current = await self._r(schema_applied, snapshot=True)
         return int(current), latest("sqlite")
 
     async def migrate(self) -> list[int]:
@@ -241,115 +248,37 @@ class SQLiteStore(SQLiteIO):
         lease = commit.lease
         cp = (lease.thread_id, commit.step, commit.node, commit.next_node, commit.kind,
               commit.data, lease.worker, commit.attempt, commit.started_at, commit.finished_at)
-        if (commit.status == "running" and commit.wake_at is None
-                and commit.waiting_for is None and not (
-                    commit.effects or commit.children or commit.messages or commit.consumed
-                    or commit.groups)):
-            # The common step: the run moves on under the same lease and nothing else is
-            # written. A plain future, batched with the other such steps of this group commit.
+        kind = step_kind(commit)
+        if kind is ADVANCE:
+            # The run moves on under the same lease. A plain future, batched with the other
+            # such steps of this group commit.
             return self._w(Fenced(
                 self._q["advance_run"],
                 (commit.step, commit.next_node, lease.thread_id, lease.epoch),
                 f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed",
                 self._q["insert_checkpoint"], cp))
-        run = commit.run
-        if (commit.status == "completed" and run is not None and run.parent_thread_id is None
-                and not (commit.effects or commit.children or commit.messages
-                         or commit.consumed or commit.groups)):
-            # The common last step: as above, the finished run's record built here.
+        if kind is FINISH:
+            # As above, the finished run's record built here.
             now = time.time()
+            assert commit.run is not None
             return self._w(Fenced(
                 self._q["finish_run"], (commit.step, "completed", lease.thread_id, lease.epoch, now),
                 f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed",
-                self._q["insert_checkpoint"], cp, result=finished_run(run, commit, now)))
-        return self._commit_step(commit, cp)
+                self._q["insert_checkpoint"], cp, result=finished_run(commit.run, commit, now)))
+        return self._commit_step(commit, cp, step_wakes(commit))
 
-    async def _commit_step(self, commit: StepCommit, cp: tuple[Any, ...]) -> RunRecord | None:
-        lease = commit.lease
-        run_params = {
-            "thread_id": lease.thread_id,
-            "epoch": lease.epoch,
-            "step": commit.step,
-            "next_node": commit.next_node,
-            "status": commit.status,
-            "wake_at": commit.wake_at,
-            "waiting_for": commit.waiting_for,
-        }
-        effects = commit.effects
-        q = self._q
-
-        def job(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
-            if effects:
-                if len({e.key for e in effects}) != len(effects):
-                    raise DuplicateEffectKey(
-                        f"run {lease.thread_id!r}: an effect key is used twice in step "
-                        f"{commit.step}; explicit effect keys must be unique within a run")
-                keys = orjson.dumps([e.key for e in effects]).decode()
-                taken = conn.execute(q["effect_keys_taken"],
-                                     {"thread_id": lease.thread_id, "keys": keys}).fetchall()
-                if taken:
-                    raise DuplicateEffectKey(
-                        f"run {lease.thread_id!r}: effect key {taken[0][0]!r} was already used "
-                        "in this run; explicit effect keys must be unique within a run")
-            rows = conn.execute(q["commit_run"], run_params).fetchall()
-            if not rows:
-                return None
-            conn.execute(q["insert_checkpoint"], cp)
-            self._commit_extras(conn, commit, rows[0][_PARENT] is not None)
-            return tuple(rows[0])
-
-        row: tuple[Any, ...] | None = await self._w(job)
+    async def _commit_step(self, commit: StepCommit, cp: tuple[Any, ...],
+                           wakes: StepWakes) -> RunRecord | None:
+        """Any other kind: one transaction (a job), checks and wake-ups as `wakes` says."""
+        row: tuple[Any, ...] | None = await self._w(step_job(self._q, commit, cp, wakes))
         if row is None:
-            raise LeaseLost(f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed")
-        if commit.children or commit.messages or commit.status == "queued" or commit.status in TERMINAL:
+            raise LeaseLost(f"run {commit.lease.thread_id!r}: lease lost; step {commit.step} "
+                            "not committed")
+        if wakes.workers:
             self.work_available.set()
-        if effects:
+        if wakes.dispatchers:
             self.effects_available.set()
-        return _run(row) if commit.status in TERMINAL else None
-
-    def _commit_extras(self, conn: sqlite3.Connection, commit: StepCommit,
-                       has_parent: bool) -> None:
-        """The rarer parts of a step's transaction: children, messages, group membership,
-        consumed mail, effects, and waking the parent (if any) that waits on this run."""
-        q, tid, step = self._q, commit.lease.thread_id, commit.step
-        for child in commit.children:
-            conn.execute(q["insert_run"], new_run_params(child)).fetchall()
-        for group, role in commit.groups:
-            conn.execute(q["join_group"], {"group_name": group, "thread_id": tid, "role": role})
-        if commit.consumed:
-            conn.execute(q["consume_messages"], {"thread_id": tid, "step": step,
-                                                 "ids": orjson.dumps(list(commit.consumed)).decode()})
-        if commit.messages:
-            direct = sorted({m.recipient for m in commit.messages if m.recipient is not None})
-            if direct:
-                found = {r[0] for r in conn.execute(
-                    q["runs_exist"], {"ids": orjson.dumps(direct).decode()}).fetchall()}
-                missing = [r for r in direct if r not in found]
-                if missing:
-                    raise RunNotFound(f"run {tid!r} sent a message to unknown thread_id "
-                                      f"{missing[0]!r}")
-            for m in commit.messages:
-                recipients = [m.recipient] if m.recipient is not None else [
-                    r[0] for r in conn.execute(q["group_members"], {"group_name": m.group})
-                    if r[0] != tid]
-                for rcpt in recipients:
-                    conn.execute(q["insert_message"],
-                                 {"thread_id": rcpt, "sender": tid, "message": m.message})
-                    conn.execute(q["wake_for_mail"], {"thread_id": rcpt})
-        for e in commit.effects:
-            conn.execute(q["insert_effect"], {
-                "thread_id": tid, "key": e.key, "step": step, "idx": e.idx, "name": e.name,
-                "payload": e.payload, "status": "pending" if e.apply is None else "done",
-                "compensable": e.compensable})
-            if e.apply is not None:
-                try:
-                    e.apply(conn, e.payload, e.key)
-                except Exception as exc:
-                    raise EffectError(f"transactional effect {e.name!r} failed: {exc!r}") from exc
-        if commit.waiting_for == "mail":
-            conn.execute(q["requeue_if_mail"], {"thread_id": tid})
-        if has_parent and commit.status in TERMINAL:
-            conn.execute(q["wake_parent"], {"thread_id": tid})
+        return _run(row) if wakes.terminal else None
 
     async def send_message(self, thread_id: str, message: bytes, sender: str | None = None) -> int:
         q = self._q
@@ -523,8 +452,6 @@ class SQLiteStore(SQLiteIO):
 
     # -- outbox ----------------------------------------------------------------------------
 
-    _fx_after = ""  # where claim_effects' walk over runs stopped (round robin)
-
     async def claim_effects(
         self, worker: str, names: Sequence[str], limit: int, lease_ttl: float
     ) -> list[EffectRecord]:
@@ -634,31 +561,3 @@ class SQLiteStore(SQLiteIO):
     async def status_counts(self) -> StatusCounts:
         q = self._q["status_counts"]
         return StatusCounts.from_rows(await self._r(lambda c: c.execute(q).fetchall()))
-
-
-def apply_migrations(conn: sqlite3.Connection) -> list[int]:
-    """Apply the migrations `conn`'s database lacks, inside the caller's (IMMEDIATE)
-    transaction; the versions applied, in order."""
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_version "
-        "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-    )
-    current = SQLiteStore._applied(conn)
-    done: list[int] = []
-    for mig in migrations("sqlite"):
-        if mig.version <= current:
-            continue
-        for stmt in _split_sql(mig.sql):
-            conn.execute(stmt)
-        conn.execute(
-            "INSERT INTO schema_version VALUES (?, ?, (julianday('now') - 2440587.5) * 86400.0)",
-            (mig.version, mig.name),
-        )
-        done.append(mig.version)
-    return done
-
-
-def _split_sql(script: str) -> list[str]:
-    """Split a migration into statements (our migrations hold no ';' inside literals)."""
-    lines = [ln for ln in script.splitlines() if not ln.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

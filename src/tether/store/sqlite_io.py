@@ -1,5 +1,5 @@
-"""SQLite connections: the URL, the two connections and their group commit, beneath SQLiteStore
-(sqlite.py).
+"""SQLite connections (SQLiteConnections), the part SQLiteStore (sqlite.py) owns: the settings a
+URL gives, the two connections and their group commit, and the migrations' runner.
 
 Writes submitted during one event-loop iteration are committed together in one IMMEDIATE
 transaction (group commit: one fsync for many steps); reads use a second connection and see
@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 
 from ..errors import ConfigError, LeaseLost, StoreError, StoreUnavailable
-from .migrate import queries
+from .migrate import migrations
 
 Job = Callable[[sqlite3.Connection], Any]
 
@@ -77,7 +77,7 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
     return path, opts
 
 
-class _Connections:
+class _Open:
     """A write connection whose jobs are group-committed, and a read connection used
     directly on the loop thread.
 
@@ -354,9 +354,10 @@ def _wrap(exc: BaseException) -> BaseException:
     return exc
 
 
-class SQLiteIO:
-    """SQLiteStore's settings and connections, and the write/read entry points its Store
-    methods run their jobs through."""
+class SQLiteConnections:
+    """The connections part: the settings; once open, the write connection whose jobs are
+    group-committed and the read connection. Interface: open(), close(), write(job) (a
+    future of its result, group-committed), read(job) (on the loop thread)."""
 
     def __init__(self, url: str, *, synchronous: str | None = None, busy_timeout: float = 30.0):
         self.url = url
@@ -367,12 +368,22 @@ class SQLiteIO:
         self.synchronous = sync
         self.busy_timeout = busy_timeout
         self.memory = self.path == ":memory:"
-        self._q = queries("sqlite")
-        self._conns: _Connections | None = None
-        self.work_available = asyncio.Event()
-        self.effects_available = asyncio.Event()
+        self._open: _Open | None = None
 
-    # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def is_open(self) -> bool:
+        return self._open is not None
+
+    def open(self, set_sql: dict[str, str]) -> None:
+        """Connect. `set_sql` maps each fenced write's statement to its set-based form, which
+        writes a whole group commit's rows of that kind in one statement."""
+        self._open = _Open(self._connect, shared=self.memory, set_sql=set_sql)
+
+    def close(self) -> None:
+        """Commit what was submitted, then close the connections; idempotent."""
+        conns, self._open = self._open, None
+        if conns is not None:
+            conns.close()
 
     def _connect(self) -> sqlite3.Connection:
         if not self.memory:
@@ -392,17 +403,51 @@ class SQLiteIO:
             raise StoreUnavailable(f"cannot open {self.url}: {exc}") from exc
         return conn
 
-    async def close(self) -> None:
-        conns, self._conns = self._conns, None
-        if conns is not None:
-            conns.close()
-
-    def _w(self, job: Job | Fenced) -> asyncio.Future[Any]:
-        if self._conns is None:
+    def write(self, job: Job | Fenced) -> asyncio.Future[Any]:
+        if self._open is None:
             raise StoreError("store is not open")
-        return self._conns.submit(job)
+        return self._open.submit(job)
 
-    async def _r(self, job: Job, snapshot: bool = False) -> Any:
-        if self._conns is None:
+    async def read(self, job: Job, snapshot: bool = False) -> Any:
+        if self._open is None:
             raise StoreError("store is not open")
-        return self._conns.run_read(job, snapshot)
+        return self._open.run_read(job, snapshot)
+
+
+def schema_applied(conn: sqlite3.Connection) -> int:
+    """The last migration applied to the database (0: none)."""
+    row = conn.execute(
+        "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='schema_version'"
+    ).fetchone()
+    if not row[0]:
+        return 0
+    got = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+    return int(got or 0)
+
+
+def apply_migrations(conn: sqlite3.Connection) -> list[int]:
+    """Apply the pending migrations, inside the caller's IMMEDIATE transaction (which
+    serializes concurrent migrators across processes); returns their numbers."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_version "
+        "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+    )
+    current = schema_applied(conn)
+    done: list[int] = []
+    for mig in migrations("sqlite"):
+        if mig.version <= current:
+            continue
+        for stmt in _split_sql(mig.sql):
+            conn.execute(stmt)
+        conn.execute(
+            "INSERT INTO schema_version VALUES (?, ?, (julianday('now') - 2440587.5) * 86400.0)",
+            (mig.version, mig.name),
+        )
+        done.append(mig.version)
+    return done
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration into statements (our migrations hold no ';' inside literals)."""
+    lines = [ln for ln in script.splitlines() if not ln.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
