@@ -21,12 +21,14 @@ from .errors import (
     ResumeConflict,
     RunConflict,
     RunNotFound,
+    RunPruned,
     SchemaError,
     SerializationError,
     StoreError,
     StoreUnavailable,
     TetherError,
 )
+from .retention import Policy as RetentionPolicy
 from .retry import FailureCategory, RetryPolicy
 from .runtime import Runtime
 from .state import Append, append
@@ -54,11 +56,13 @@ __all__ = [
     "Message",
     "NondeterminismError",
     "ResumeConflict",
+    "RetentionPolicy",
     "RetryPolicy",
     "Run",
     "RunConflict",
     "RunError",
     "RunNotFound",
+    "RunPruned",
     "RunStatus",
     "Runtime",
     "SchemaError",

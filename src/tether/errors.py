@@ -10,6 +10,7 @@
     ├── DefinitionError              an agent/node/effect is unknown or badly declared
     │   └── DuplicateEffectKey       an explicit effect key was already used in the run
     ├── RunNotFound                  no run has this thread_id
+    │   └── RunPruned                the run was removed by retention (tether prune)
     ├── RunConflict                  thread_id/idempotency key exists with other input
     │   └── ResumeConflict           the interrupt was already answered
     ├── InvalidState                 the run is not in a state that allows this
@@ -63,6 +64,15 @@ class DuplicateEffectKey(DefinitionError):
 
 class RunNotFound(TetherError):
     """No run has this thread_id."""
+
+
+class RunPruned(RunNotFound):
+    """The run was removed by retention; `pruned_at` says when (seconds since the epoch)."""
+
+    def __init__(self, message: str, *, thread_id: str, pruned_at: float) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.pruned_at = pruned_at
 
 
 class RunConflict(TetherError):

@@ -9,6 +9,7 @@ store records into the value types of tether.types.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import uuid
@@ -20,23 +21,32 @@ from .agent import Agent
 from .config import Settings
 from .context import Message
 from .errors import (
+    ConfigError,
     DefinitionError,
     InvalidState,
     ResumeConflict,
     RunNotFound,
+    RunPruned,
     SerializationError,
 )
 from .history import load_state
 from .hub import EventHub
 from .outbox import EffectHandler
+from .records import (
+    checkpoint_of,
+    effect_of,
+    interrupt_of,
+    iso,
+    run_error,
+    statuses_of,
+    to_run,
+)
 from .registry import Registry
+from .retention import Age, Policy, Progress, Report, prune, prune_periodically, standing
 from .retry import RetryPolicy
 from .state import apply
 from .store import make_store
 from .store.base import (
-    CheckpointRecord,
-    EffectRecord,
-    InterruptRecord,
     Lease,
     NewRun,
     RunRecord,
@@ -62,12 +72,6 @@ __all__ = ["Checkpoint", "Effect", "Interrupt", "Run", "RunError", "RunStatus", 
            "run_error"]
 
 
-def run_error(data: bytes | None) -> RunError | None:
-    if data is None:
-        return None
-    d = serde.loads(data)
-    return RunError(d.get("category", "exception"), d.get("type", ""), d.get("message", ""),
-                    d.get("traceback", ""))
 
 
 class Runtime:
@@ -88,6 +92,7 @@ class Runtime:
         poll_interval: float | None = None,
         snapshot_every: int | None = None,
         store: Store | None = None,
+        retention: Policy | Mapping[str, Any] | None = None,
     ) -> None:
         self.settings = Settings.from_env(
             db=db_url, lease_ttl=lease_ttl, poll_interval=poll_interval,
@@ -99,6 +104,8 @@ class Runtime:
         self._open_lock = asyncio.Lock()
         self._opened = False
         self._workers: list[Worker] = []
+        self.retention = standing(retention)
+        """The standing retention policy its workers apply (`Policy.every` seconds apart)."""
 
     def __repr__(self) -> str:
         return f"Runtime({self.store.url!r}, version={self.version!r}, agents={list(self.agents)})"
@@ -141,6 +148,7 @@ class Runtime:
             snapshot_every=self.settings.snapshot_every,
         )
         other.registry = self.registry.copy(other.store.dialect)
+        other.retention = self.retention
         return other
 
     def add_agent(self, agent: Agent) -> None:
@@ -179,12 +187,12 @@ class Runtime:
         """The outbox: effects of a run (or all), in request order."""
         await self.open()
         recs = await self.store.list_effects(thread_id=thread_id, status=status, limit=limit)
-        return [_effect(r) for r in recs]
+        return [effect_of(r) for r in recs]
 
     async def retry_effect(self, key: str, thread_id: str | None = None) -> list[Effect]:
         """Retry dead effects with this key now, with a fresh attempt budget."""
         await self.open()
-        return [_effect(r) for r in await self.store.retry_effect(key, thread_id)]
+        return [effect_of(r) for r in await self.store.retry_effect(key, thread_id)]
 
     def agent(self, name: str | Agent) -> Agent:
         return self.registry.agent(name)
@@ -313,6 +321,11 @@ class Runtime:
         await self.open()
         rec = await self.store.get_run(thread_id)
         if rec is None:
+            tomb = await self.store.retention.get_tombstone(thread_id)
+            if tomb is not None:
+                raise RunPruned(f"run {thread_id!r} ({tomb.status}) was pruned by retention at "
+                                f"{iso(tomb.pruned_at)}", thread_id=thread_id,
+                                pruned_at=tomb.pruned_at)
             raise RunNotFound(f"no run with thread_id {thread_id!r}")
         return rec
 
@@ -349,7 +362,7 @@ class Runtime:
         replay of the log); otherwise one shared poller checks all waited-for runs in one
         query per poll interval, however many waiters there are."""
         if until is not None:
-            wanted = _statuses(until)
+            wanted = statuses_of(until)
             if not wanted <= TERMINAL:
                 return await self._wait_status(thread_id, wanted, timeout)
         await self.open()
@@ -435,7 +448,7 @@ class Runtime:
         out: list[Checkpoint] = []
         for cp in rows:
             state = apply(state, cp.kind, cp.data)
-            out.append(_checkpoint(cp, serde.loads(serde.dumps(state))))
+            out.append(checkpoint_of(cp, serde.loads(serde.dumps(state))))
         return out
 
     async def work(self, concurrency: int | None = None, *, stop: asyncio.Event | None = None,
@@ -449,14 +462,48 @@ class Runtime:
         n = concurrency or self.settings.concurrency
         worker = Worker(self.store, self.registry, self.hub, self.settings, concurrency=n)
         self._workers.append(worker)
+        policy = self.retention
         try:
-            if tune:
-                with worker_tuned(n):
+            with worker_tuned(n) if tune else contextlib.nullcontext():
+                if policy is None or policy.every is None:
                     await worker.run(stop)
-            else:
-                await worker.run(stop)
+                    return
+                halt = asyncio.Event()
+                async with asyncio.TaskGroup() as tg:
+                    tg.create_task(prune_periodically(self.store, policy, self.settings.lease_ttl,
+                                                     halt))
+                    try:
+                        await worker.run(stop)
+                    finally:
+                        halt.set()
         finally:
             self._workers.remove(worker)
+
+    async def prune(
+        self,
+        *,
+        completed: Age | None = None,
+        failed: Age | None = None,
+        cancelled: Age | None = None,
+        agent: str | None = None,
+        keep_steps: int | None = None,
+        keep_interrupts: bool = False,
+        dry_run: bool = False,
+        progress: Progress | None = None,
+    ) -> Report:
+        """Remove terminal runs finished longer ago than their status's age (30d, 12h, 0s, or
+        seconds), with everything of theirs, leaving tombstones; `keep_steps` also compacts
+        long logs to their last N checkpoints. `dry_run`: count what would go, change
+        nothing. One pruner at a time per database (PrunerBusy otherwise)."""
+        policy = Policy.of(completed=completed, failed=failed, cancelled=cancelled, agent=agent,
+                           keep_steps=keep_steps, keep_interrupts=keep_interrupts)
+        await self.open()
+        if agent is not None and agent not in self.agents and not await self.store.list_runs(
+                agent=agent, limit=1):
+            raise ConfigError(f"unknown agent {agent!r}: no run of it in the store and this "
+                              f"runtime has {', '.join(self.agents) or 'no agents'}")
+        return await prune(self.store, policy, lock_ttl=self.settings.lease_ttl,
+                           dry_run=dry_run, progress=progress)
 
     async def send(self, thread_id: str, message: Any, *, sender: str | None = None) -> int:
         """Put `message` in a run's mailbox from outside (waking it if it waits for mail).
@@ -481,7 +528,7 @@ class Runtime:
         rec = await self.store.resume_interrupt(thread_id, data, interrupt_id)
         if rec is not None:
             self.hub.emit(thread_id, {"type": "resumed", "interrupt_id": rec.id, "step": rec.step})
-            return _interrupt(rec)
+            return interrupt_of(rec)
         run = await self._record(thread_id)
         answered = await self.store.get_interrupt(interrupt_id) if interrupt_id else None
         if answered is None and interrupt_id is None:
@@ -500,7 +547,7 @@ class Runtime:
         """Interrupts waiting for a person (oldest first); status=None lists all."""
         await self.open()
         recs = await self.store.list_interrupts(thread_id=thread_id, status=status, limit=limit)
-        return [_interrupt(r) for r in recs]
+        return [interrupt_of(r) for r in recs]
 
     async def fork(self, thread_id: str, step: int, *, new_thread_id: str | None = None) -> Run:
         """A new run starting from the state after `step` of `thread_id` (time travel); it
@@ -531,57 +578,3 @@ class Runtime:
 
     async def _with_state(self, rec: RunRecord) -> Run:
         return to_run(rec, (await load_state(self.store, rec))[0])
-
-
-def _statuses(until: str | Iterable[str]) -> frozenset[str]:
-    """`until` as a set of statuses, each one checked (a typo must not wait forever)."""
-    names = [until] if isinstance(until, str) else list(until)
-    known = {s.value for s in RunStatus}
-    for name in names:
-        if name not in known:
-            raise DefinitionError(f"unknown run status {name!r} in until; one of: "
-                                  f"{', '.join(s.value for s in RunStatus)}")
-    if not names:
-        raise DefinitionError("until names no status")
-    return frozenset(str(n) for n in names)
-
-
-def to_run(rec: RunRecord, state: dict[str, Any] | None) -> Run:
-    return Run(
-        thread_id=rec.thread_id,
-        agent=rec.agent,
-        status=RunStatus(rec.status),
-        state=state if state is not None else {},
-        step=rec.step,
-        version=rec.version,
-        node=rec.node,
-        attempt=rec.attempt,
-        error=run_error(rec.error),
-        created_at=rec.created_at,
-        updated_at=rec.updated_at,
-        idempotency_key=rec.idempotency_key,
-        parent_thread_id=rec.parent_thread_id,
-        forked_from=rec.forked_from,
-        forked_step=rec.forked_step,
-        lease_owner=rec.lease_owner,
-        wake_at=rec.wake_at,
-        waiting_for=rec.waiting_for,
-    )
-
-
-def _effect(rec: EffectRecord) -> Effect:
-    return Effect(rec.thread_id, rec.key, rec.name, rec.step, serde.loads(rec.payload),
-                  rec.status, rec.attempts,
-                  None if rec.result is None else serde.loads(rec.result), rec.error,
-                  rec.compensates, rec.created_at, rec.done_at)
-
-
-def _interrupt(rec: InterruptRecord) -> Interrupt:
-    return Interrupt(rec.id, rec.thread_id, rec.step, serde.loads(rec.payload), rec.status,
-                     None if rec.value is None else serde.loads(rec.value), rec.created_at,
-                     rec.resolved_at)
-
-
-def _checkpoint(cp: CheckpointRecord, state: dict[str, Any]) -> Checkpoint:
-    return Checkpoint(cp.thread_id, cp.step, cp.node, cp.next_node, state, cp.kind, cp.worker,
-                      cp.attempt, cp.started_at, cp.finished_at)

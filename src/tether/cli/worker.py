@@ -6,12 +6,15 @@ is configured from the OTEL_* variables when it is installed and OTEL_TRACES_EXP
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 from collections.abc import Callable
 
 import click
 
 from ..config import redact
+from ..errors import ConfigError
+from ..retention import parse_age
 from ._common import PORT, POSITIVE_FLOAT, POSITIVE_INT, connection_options, run, runtime_for
 from ._root import cli
 
@@ -27,15 +30,26 @@ from ._root import cli
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
               show_default=True,
               help="json: one JSON line per finished run and per failure, on stderr")
+@click.option("--prune-every", metavar="DURATION", default=None,
+              help="apply the app's retention policy (Runtime(retention=...)) this often, "
+              "e.g. 1h")
 @connection_options
 def worker(concurrency: int, lease_ttl: float | None, metrics_port: int | None,
-           log_format: str, db: str | None, app: str | None, verbose: bool) -> int:
+           log_format: str, prune_every: str | None, db: str | None, app: str | None,
+           verbose: bool) -> int:
     async def main() -> int:
         from .. import observe
 
         rt = runtime_for(db, app, need_app=True)
         if lease_ttl is not None:
             rt = rt.with_db(rt.db_url, lease_ttl=lease_ttl)
+        if prune_every is not None:
+            every = parse_age(prune_every, "--prune-every")
+            if rt.retention is None or not every:
+                raise ConfigError("--prune-every needs a retention policy in the app "
+                                  "(tether.Runtime(..., retention={'completed': '30d'})) and "
+                                  "an interval > 0; or run `tether prune` from cron")
+            rt.retention = dataclasses.replace(rt.retention, every=every)
         stops: list[Callable[[], None]] = []
         # Everything asked for is set up before the first claim: a port in use or a bad
         # OTEL_* setting stops the worker here, with a message, instead of running blind.
@@ -54,7 +68,9 @@ def worker(concurrency: int, lease_ttl: float | None, metrics_port: int | None,
                   f"agents={','.join(rt.agents)} concurrency={concurrency} "
                   f"lease_ttl={rt.settings.lease_ttl}s"
                   + (f" metrics=http://127.0.0.1:{metrics_port}/metrics"
-                     if metrics_port is not None else ""), flush=True)
+                     if metrics_port is not None else "")
+                  + (f" prune_every={rt.retention.every:g}s"
+                     if rt.retention is not None and rt.retention.every else ""), flush=True)
             try:
                 await rt.work(concurrency=concurrency, stop=stop, tune=True)
             finally:

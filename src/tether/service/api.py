@@ -37,6 +37,7 @@ from ..errors import (
     LeaseLost,
     RunConflict,
     RunNotFound,
+    RunPruned,
     SerializationError,
     StoreError,
     TetherError,
@@ -76,6 +77,7 @@ MAX_BODY_BYTES = 1 << 20
 
 # Most specific first: ResumeConflict is a RunConflict.
 _STATUS: tuple[tuple[type[TetherError], int], ...] = (
+    (RunPruned, 410),
     (RunNotFound, 404),
     (RunConflict, 409),
     (InvalidState, 409),
@@ -296,6 +298,9 @@ def create_app(
         status = next(code for cls, code in _STATUS if isinstance(exc, cls))
         if status >= 500:
             log.warning("%s %s: %r", request.method, request.url.path, exc)
+        if isinstance(exc, RunPruned):  # gone for good, and since when
+            return JSONResponse({"error": {"type": "RunPruned", "message": str(exc),
+                                           "pruned_at": exc.pruned_at}}, status_code=410)
         return error_response(status, type(exc).__name__, str(exc))
 
     @app.exception_handler(ApiError)

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from ..errors import InvalidState
 from .measure import LoadStats
+from .retention_types import Retention
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
@@ -468,3 +469,7 @@ class Store(Protocol):
 
     async def status_counts(self) -> StatusCounts:
         """Runs by status and version and effects by status, store-wide, in one query."""
+
+    @property
+    def retention(self) -> Retention:
+        """The retention operations (tether prune), a part of the store: see Retention."""

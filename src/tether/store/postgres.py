@@ -54,6 +54,7 @@ from .migrate import behind_message, latest, migrations
 from .pg_commit import DoneMarks, GroupCommitter
 from .pg_conn import BEGIN, Conn, Params, PgConnections
 from .pg_listen import CHANNEL, EFFECTS_CHANNEL, Listener
+from .pg_retention import PgRetention
 from .pg_steps import add_children, step_params, step_transaction
 from .plan import FINISH, FULL, RELEASE, SPAWN, step_kind, step_wakes, wakes_workers
 
@@ -104,6 +105,7 @@ class PostgresStore:
         self._listener = Listener(conns, self.work_available, self.effects_available, debounce)
         self._done_marks = DoneMarks(self.complete_effects, _DONE_BATCH)
         self._fx_after = ""  # where claim_effects' walk over runs stopped (round robin)
+        self.retention = PgRetention(conns, self._q)
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.safe_url!r})"

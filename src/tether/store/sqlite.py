@@ -42,6 +42,7 @@ from .measure import measure as measure_load
 from .migrate import behind_message, latest, queries
 from .plan import ADVANCE, FINISH, StepWakes, step_kind, step_wakes
 from .sqlite_io import Fenced, SQLiteConnections, apply_migrations, parse_sqlite_url, schema_applied
+from .sqlite_retention import SQLiteRetention
 from .sqlite_steps import step_job
 
 __all__ = ["SQLiteStore", "apply_migrations", "parse_sqlite_url"]
@@ -71,6 +72,7 @@ class SQLiteStore:
         # The part's two entry points, bound once: every Store method runs its jobs on them.
         self._w, self._r = conns.write, conns.read
         self._fx_after = ""  # where claim_effects' walk over runs stopped (round robin)
+        self.retention = SQLiteRetention(self._q, self._r, self._w)
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.url!r})"

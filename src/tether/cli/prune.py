@@ -1,0 +1,101 @@
+"""`tether prune`: remove finished runs past their age, compact long logs (docs/retention.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..retention import Report
+from ._common import POSITIVE_INT, connection_options, console, dump, json_option, run, runtime_for
+from ._root import cli
+
+
+@cli.command("prune", help="remove terminal runs older than their status's age (from when "
+             "they finished), with their checkpoints, journal, effects and mail")
+@click.option("--completed", metavar="AGE", help="remove completed runs finished longer ago "
+              "than this (e.g. 30d, 12h, 0s)")
+@click.option("--failed", metavar="AGE", help="the same for failed runs")
+@click.option("--cancelled", metavar="AGE", help="the same for cancelled runs")
+@click.option("--agent", metavar="NAME", help="only runs of this agent")
+@click.option("--keep-steps", type=POSITIVE_INT, default=None, metavar="N",
+              help="also compact every run's log to its last N checkpoints (a snapshot first)")
+@click.option("--keep-interrupts", is_flag=True,
+              help="with --keep-steps: keep the checkpoints a fork needs at interrupts")
+@click.option("--dry-run", is_flag=True, help="show what would go (counts, bytes); change nothing")
+@connection_options
+@json_option
+def prune_cmd(completed: str | None, failed: str | None, cancelled: str | None,
+              agent: str | None, keep_steps: int | None, keep_interrupts: bool, dry_run: bool,
+              db: str | None, app: str | None, verbose: bool, as_json: bool) -> int:
+    async def main() -> int:
+        rt = runtime_for(db, app)
+        try:
+            await rt.open()
+            before = None if dry_run else await _db_bytes(rt)
+            with _Progress(enabled=not as_json and not dry_run) as progress:
+                report = await rt.prune(
+                    completed=completed, failed=failed, cancelled=cancelled, agent=agent,
+                    keep_steps=keep_steps, keep_interrupts=keep_interrupts, dry_run=dry_run,
+                    progress=progress.update)
+            if not dry_run:
+                report.db_bytes_before, report.db_bytes_after = before, await _db_bytes(rt)
+        finally:
+            await rt.close()
+        if as_json:
+            dump(report.to_dict())
+        else:
+            _print(report)
+        return 0
+
+    return run(main(), verbose)
+
+
+async def _db_bytes(rt: Any) -> int:
+    return int((await rt.store.measure(1.0)).db_bytes)
+
+
+class _Progress:
+    """Runs removed so far, on one live line (rich), while a prune runs."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._live: Any = None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.live import Live
+
+            self._live = Live("pruning...", console=console(), transient=True)
+            self._live.__enter__()
+        return self
+
+    def update(self, report: Report) -> None:
+        if self._live is not None:
+            rate = report.rows / report.seconds if report.seconds else 0
+            self._live.update(f"pruned {report.runs:,} runs, {report.rows:,} rows "
+                              f"({rate:,.0f} rows/s); compacted {report.compacted_runs:,} runs")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+
+
+def _print(report: Report) -> None:
+    from rich.table import Table
+
+    c = console()
+    verb = "would remove" if report.dry_run else "removed"
+    c.print(f"{verb} {report.runs:,} runs"
+            + (f" ({report.bytes:,} bytes of payloads)" if report.dry_run else
+               f" and {report.rows:,} rows in {report.seconds:.1f} s")
+            + (f"; compacted {report.compacted_runs:,} runs ({report.compacted_rows:,} rows)"
+               if report.compacted_runs else ""))
+    if report.by:
+        table = Table("status", "agent", "runs")
+        for (status, agent), n in sorted(report.by.items()):
+            table.add_row(status, agent, f"{n:,}")
+        c.print(table)
+    if report.db_bytes_before is not None and report.db_bytes_after is not None:
+        c.print(f"database: {report.db_bytes_before:,} -> {report.db_bytes_after:,} bytes "
+                "(SQLite reuses freed pages; see docs/retention.md on VACUUM)")

@@ -1,0 +1,270 @@
+"""Retention: remove finished runs a policy no longer needs, and compact long logs.
+
+A policy names, per terminal status, how long after a run *finished* it is kept (never from
+its creation: a run that took a month and just finished stays its full term), optionally for
+one agent. Non-terminal runs are never removed, nor runs with an effect still to perform or
+mail not yet read.
+
+The pruner takes a maintenance lease in the store (one pruner at a time across processes;
+a killed pruner's lease expires), walks the runs table once in thread_id order, and removes
+runs in batches: each batch is one transaction that re-checks every run, writes its
+tombstone and deletes its checkpoints, journal, effects, mail, interrupts and group
+memberships, so a pruner killed at any point leaves a consistent store and the next one
+finishes the job. A reused thread_id starts a fresh run that can never see the old rows:
+they went in the same transaction as the tombstone.
+
+Compaction (`keep_steps`) keeps a run's last N checkpoints: the oldest kept one is rewritten
+as a snapshot of the state after it (and, with `keep_interrupts`, so is each checkpoint a
+fork needs to re-ask an interrupt), then the earlier ones and their journal go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from . import serde
+from .errors import ConfigError
+from .history import load_state
+from .store.base import Store
+from .store.retention_types import Cutoffs
+
+log = logging.getLogger("tether.retention")
+
+LOCK = "prune"
+BATCH = {"sqlite": 200, "postgres": 1000}
+"""Runs per transaction: a SQLite batch shares the group commit with workers' steps (about
+20 ms at 200 runs of 10 steps); a Postgres batch holds only its own runs' rows."""
+PACE = {"sqlite": 1.0, "postgres": 0.25}
+"""After each batch the pruner rests this many times the batch's duration, so workers sharing
+the database keep most of it (SQLite: its one writer; Postgres: the disk and CPU)."""
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+Age = float | int | str | timedelta
+
+
+def parse_age(value: Age, what: str = "age") -> float:
+    """Seconds in 30d, 12h, 15m, 90s, 0s (or a number of seconds, or a timedelta)."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        raw = value.strip().lower()
+        try:
+            seconds = (float(raw[:-1]) * _UNITS[raw[-1]] if raw and raw[-1] in _UNITS
+                       else float(raw))
+        except ValueError:
+            raise ConfigError(f"{what}: {value!r} is not a duration (use e.g. 30d, 12h, 15m, "
+                              "90s or 0s)") from None
+    else:
+        raise ConfigError(f"{what}: {value!r} is not a duration")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ConfigError(f"{what}: a duration must be >= 0, got {value!r}")
+    return seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How long finished runs are kept, per status (None: that status is never removed)."""
+
+    completed: float | None = None
+    failed: float | None = None
+    cancelled: float | None = None
+    agent: str | None = None
+    keep_steps: int | None = None
+    keep_interrupts: bool = False
+    every: float | None = None
+    """A worker applies the policy this often (Runtime(retention=...), tether worker
+    --prune-every); None: only when asked."""
+
+    @classmethod
+    def of(cls, *, completed: Age | None = None, failed: Age | None = None,
+           cancelled: Age | None = None, agent: str | None = None,
+           keep_steps: int | None = None, keep_interrupts: bool = False,
+           every: Age | None = None) -> Policy:
+        if completed is None and failed is None and cancelled is None and keep_steps is None:
+            raise ConfigError("a retention policy needs at least one of completed, failed, "
+                              "cancelled (an age, e.g. 30d) or keep_steps")
+        if keep_steps is not None and (not isinstance(keep_steps, int) or keep_steps < 1):
+            raise ConfigError(f"keep_steps must be a whole number >= 1, got {keep_steps!r}")
+        if agent is not None and (not isinstance(agent, str) or not agent):
+            raise ConfigError("agent must be a non-empty string")
+        interval = None if every is None else parse_age(every, "prune every")
+        if interval is not None and interval <= 0:
+            raise ConfigError("prune every: the interval must be > 0")
+        return cls(
+            None if completed is None else parse_age(completed, "completed"),
+            None if failed is None else parse_age(failed, "failed"),
+            None if cancelled is None else parse_age(cancelled, "cancelled"),
+            agent, keep_steps, keep_interrupts, interval)
+
+    def cutoffs(self, now: float) -> Cutoffs:
+        def cut(age: float | None) -> float | None:
+            return None if age is None else now - age
+
+        return Cutoffs(cut(self.completed), cut(self.failed), cut(self.cancelled), self.agent)
+
+    @property
+    def removes_runs(self) -> bool:
+        return not (self.completed is None and self.failed is None and self.cancelled is None)
+
+
+@dataclass(slots=True)
+class Report:
+    """What a prune removed (or, dry, would remove)."""
+
+    dry_run: bool
+    runs: int = 0
+    rows: int = 0
+    by: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Runs by (status, agent)."""
+    bytes: int = 0
+    """Dry run: the payload bytes of what would go."""
+    compacted_runs: int = 0
+    compacted_rows: int = 0
+    seconds: float = 0.0
+    db_bytes_before: int | None = None
+    db_bytes_after: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run, "runs": self.runs, "rows": self.rows,
+            "by_status_agent": [{"status": s, "agent": a, "runs": n}
+                                for (s, a), n in sorted(self.by.items())],
+            "bytes": self.bytes, "compacted_runs": self.compacted_runs,
+            "compacted_rows": self.compacted_rows, "seconds": round(self.seconds, 3),
+            "rows_per_s": round(self.rows / self.seconds, 1) if self.seconds else None,
+            "db_bytes_before": self.db_bytes_before, "db_bytes_after": self.db_bytes_after,
+        }
+
+
+class PrunerBusy(ConfigError):
+    """Another process is pruning this database now."""
+
+
+Progress = Callable[[Report], None]
+
+
+def owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+async def prune(store: Store, policy: Policy, *, lock_ttl: float, dry_run: bool = False,
+                progress: Progress | None = None, batch: int | None = None) -> Report:
+    """Apply `policy` once (see the module's docstring); `progress(report)` after each batch.
+    The pruner's lease lasts `lock_ttl` seconds (the runtime's lease TTL) after each batch."""
+    started = time.monotonic()
+    report = Report(dry_run)
+    ops = store.retention
+    cutoffs = policy.cutoffs(await store.now())
+    if dry_run:
+        if policy.removes_runs:
+            for status, agent, n, size in await ops.prune_estimate(cutoffs):
+                report.by[(status, agent)] = n
+                report.runs += n
+                report.bytes += size
+        report.seconds = time.monotonic() - started
+        return report
+    owner = owner_id()
+    if not await ops.take_lock(LOCK, owner, lock_ttl):
+        raise PrunerBusy("another process is pruning this database now; try again later "
+                         f"(its lease lasts {lock_ttl:g} s after it last renewed it)")
+    try:
+        size = batch or BATCH.get(store.dialect, 500)
+        if policy.removes_runs:
+            after = ""
+            pace = PACE.get(store.dialect, 0.5)
+            while True:
+                t0 = time.monotonic()
+                ids = await ops.prune_candidates(cutoffs, after, size)
+                if not ids:
+                    break
+                after = ids[-1]
+                done = await ops.prune_runs(ids, cutoffs)
+                report.runs += len(done.thread_ids)
+                report.rows += done.rows
+                report.seconds = time.monotonic() - started
+                if progress is not None:
+                    progress(report)
+                if not await ops.take_lock(LOCK, owner, lock_ttl):
+                    log.warning("the prune lease was taken over; stopping (the other pruner "
+                                "goes on)")
+                    break
+                await asyncio.sleep((time.monotonic() - t0) * pace)
+        if policy.keep_steps is not None:
+            await _compact(store, policy, report, owner, lock_ttl, progress)
+    finally:
+        await ops.drop_lock(LOCK, owner)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+async def _compact(store: Store, policy: Policy, report: Report, owner: str, lock_ttl: float,
+                   progress: Progress | None) -> None:
+    assert policy.keep_steps is not None
+    ops, keep = store.retention, policy.keep_steps
+    after = ""
+    while True:
+        ids = await ops.long_logs(keep, after, 100)
+        if not ids:
+            return
+        after = ids[-1]
+        for tid in ids:
+            run = await store.get_run(tid)
+            if run is None or run.step <= keep:
+                continue
+            before = run.step - keep + 1  # the oldest step kept
+            steps = [before]
+            if policy.keep_interrupts:
+                steps = sorted(set(await ops.interrupt_steps(tid, before)) | {before})
+            snapshots: dict[int, bytes] = {}
+            for s in steps:
+                state, _ = await load_state(store, run, upto=s)
+                snapshots[s] = serde.dumps(state, "state")
+            removed = await ops.compact_log(tid, snapshots, before, steps[:-1])
+            if removed:
+                report.compacted_runs += 1
+                report.compacted_rows += removed
+        if progress is not None:
+            progress(report)
+        await ops.take_lock(LOCK, owner, lock_ttl)
+
+
+def standing(policy: Policy | Mapping[str, Any] | None) -> Policy | None:
+    """A Runtime(retention=...) argument as a Policy (a dict takes Policy.of's keywords)."""
+    if policy is None or isinstance(policy, Policy):
+        return policy
+    if isinstance(policy, Mapping):
+        return Policy.of(**policy)
+    raise ConfigError(f"retention must be a tether Policy or a dict, got {type(policy).__name__}")
+
+
+async def prune_periodically(store: Store, policy: Policy, lock_ttl: float,
+                             stop: asyncio.Event) -> None:
+    """A worker's standing policy: apply it every `policy.every` seconds until `stop`."""
+    assert policy.every is not None
+    while not stop.is_set():
+        try:
+            report = await prune(store, policy, lock_ttl=lock_ttl)
+            if report.runs or report.compacted_rows:
+                log.info("pruned %d runs (%d rows), compacted %d runs in %.1fs", report.runs,
+                         report.rows, report.compacted_runs, report.seconds)
+        except PrunerBusy:
+            log.debug("another process is pruning; skipping this round")
+        except Exception:  # a store outage must not stop the worker
+            log.warning("prune failed; retrying next round", exc_info=True)
+        try:
+            async with asyncio.timeout(policy.every):
+                await stop.wait()
+        except TimeoutError:
+            pass

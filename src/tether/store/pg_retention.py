@@ -1,0 +1,89 @@
+"""Postgres's part of retention: the Retention operations over the store's pool.
+
+A prune batch is one transaction of its own (pipelined: the marking statement, then the
+deletes), holding only the rows of the runs it removes, so workers' commits go on beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .pg_conn import BEGIN, Conn, PgConnections
+from .retention_types import PRUNE_TABLES, Cutoffs, Pruned, Tombstone
+
+
+class PgRetention:
+    def __init__(self, conns: PgConnections, queries: Mapping[str, bytes]) -> None:
+        self._conns = conns
+        self._q = queries
+
+    async def _rows(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in await self._conns.read(self._q[name], dict(params))]
+
+    async def take_lock(self, name: str, owner: str, ttl: float) -> bool:
+        rows = await self._conns.fetchall(self._q["take_lock"],
+                                          {"name": name, "owner": owner, "ttl": ttl})
+        return bool(rows)
+
+    async def drop_lock(self, name: str, owner: str) -> None:
+        await self._conns.fetchall(self._q["drop_lock"], {"name": name, "owner": owner})
+
+    async def prune_candidates(self, cutoffs: Cutoffs, after: str, limit: int) -> list[str]:
+        rows = await self._rows("prune_candidates",
+                                {**cutoffs.params(), "after": after, "limit": limit})
+        return [r[0] for r in rows]
+
+    async def prune_estimate(self, cutoffs: Cutoffs) -> list[tuple[str, str, int, int]]:
+        return [(str(s), str(a), int(n), int(b))
+                for s, a, n, b in await self._rows("prune_estimate", cutoffs.params())]
+
+    async def prune_runs(self, thread_ids: Sequence[str], cutoffs: Cutoffs) -> Pruned:
+        q = self._q
+        params = {**cutoffs.params(), "ids": list(thread_ids)}
+
+        async def body(conn: Conn) -> Pruned:
+            async with conn.pipeline():
+                await conn.execute(BEGIN)
+                cur = await conn.execute(q["prune_mark"], params)
+            marked = [r[0] for r in await cur.fetchall()]
+            rows = 0
+            if marked:
+                curs = []
+                async with conn.pipeline():
+                    for table in PRUNE_TABLES:
+                        curs.append(await conn.execute(q[f"prune_{table}"], {"ids": marked}))
+                rows = sum(max(0, c.rowcount) for c in curs)
+            return Pruned(marked, rows)
+
+        return await self._conns.transaction(body)
+
+    async def get_tombstone(self, thread_id: str) -> Tombstone | None:
+        rows = await self._rows("get_tombstone", {"thread_id": thread_id})
+        return Tombstone(*rows[0]) if rows else None
+
+    async def long_logs(self, keep: int, after: str, limit: int) -> list[str]:
+        rows = await self._rows("long_logs", {"keep": keep, "after": after, "limit": limit})
+        return [r[0] for r in rows]
+
+    async def interrupt_steps(self, thread_id: str, before: int) -> list[int]:
+        rows = await self._rows("interrupt_steps", {"thread_id": thread_id, "before": before})
+        return sorted(int(r[0]) for r in rows if int(r[0]) > 0)
+
+    async def compact_log(self, thread_id: str, snapshots: dict[int, bytes], before: int,
+                          keep: Sequence[int]) -> int:
+        q = self._q
+
+        async def body(conn: Conn) -> int:
+            async with conn.pipeline():
+                await conn.execute(BEGIN)
+                for step, data in snapshots.items():
+                    await conn.execute(q["snapshot_checkpoint"],
+                                       {"thread_id": thread_id, "step": step, "data": data})
+                a = await conn.execute(q["compact_checkpoints"], {
+                    "thread_id": thread_id, "before": before, "keep": list(keep)})
+                b = await conn.execute(q["compact_journal"],
+                                       {"thread_id": thread_id, "before": before})
+            return max(0, a.rowcount) + max(0, b.rowcount)
+
+        return await self._conns.transaction(body)

@@ -1,0 +1,84 @@
+"""The records of retention (tether prune) that cross the Store boundary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+PRUNE_TABLES = ("checkpoints", "journal", "outbox", "mailbox", "interrupts", "groups",
+                "child_links", "runs_rows")
+"""What goes with a pruned run, in the order it is removed (the run's row last)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cutoffs:
+    """Which terminal runs a prune removes: those finished before these times (database
+    clock; None keeps every run of that status), of `agent` only if given."""
+
+    completed: float | None = None
+    failed: float | None = None
+    cancelled: float | None = None
+    agent: str | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {"completed": self.completed, "failed": self.failed,
+                "cancelled": self.cancelled, "agent": self.agent}
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """What is left of a pruned run."""
+
+    thread_id: str
+    agent: str
+    status: str
+    finished_at: float
+    pruned_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """One batch's outcome: the runs removed and the rows removed with them."""
+
+    thread_ids: list[str]
+    rows: int
+
+
+class Retention(Protocol):
+    """What a store does for retention: the pruner's lock, finding and removing runs a policy
+    covers, tombstones, and compacting long checkpoint logs. Each operation is one statement
+    or one transaction; batching, pacing and policy are the caller's (tether.retention)."""
+
+    async def take_lock(self, name: str, owner: str, ttl: float) -> bool:
+        """Take or renew the maintenance lease `name` for `owner` for `ttl` seconds; False
+        while another owner holds it unexpired."""
+
+    async def drop_lock(self, name: str, owner: str) -> None:
+        """Release the lease if `owner` still holds it."""
+
+    async def prune_candidates(self, cutoffs: Cutoffs, after: str, limit: int) -> list[str]:
+        """Up to `limit` runs the cut-offs remove (terminal for long enough, no effect left to
+        perform, no unconsumed mail), after `after` in thread_id order."""
+
+    async def prune_estimate(self, cutoffs: Cutoffs) -> list[tuple[str, str, int, int]]:
+        """(status, agent, runs, payload bytes) of what a prune would remove; changes nothing."""
+
+    async def prune_runs(self, thread_ids: Sequence[str], cutoffs: Cutoffs) -> Pruned:
+        """In one transaction: of `thread_ids`, the runs still removable, with their
+        checkpoints, journal, effects, mail, interrupts and group memberships; a tombstone
+        for each; children's links to them cleared. All or nothing."""
+
+    async def get_tombstone(self, thread_id: str) -> Tombstone | None: ...
+
+    async def long_logs(self, keep: int, after: str, limit: int) -> list[str]:
+        """Runs with more than `keep` committed steps, after `after` in thread_id order."""
+
+    async def interrupt_steps(self, thread_id: str, before: int) -> list[int]:
+        """The steps (before `before`) whose state a fork needs to re-ask an interrupt."""
+
+    async def compact_log(self, thread_id: str, snapshots: dict[int, bytes], before: int,
+                          keep: Sequence[int]) -> int:
+        """In one transaction: rewrite each step of `snapshots` as a snapshot of that state,
+        then remove the run's checkpoints before `before` but those in `keep`, and the
+        journal of steps before `before`. Returns the rows removed."""

@@ -1,0 +1,113 @@
+-- Postgres: retention (tether prune): the pruner's lock, the runs it may remove, their removal in
+-- one transaction per batch, tombstones, and compaction of long logs.
+
+-- fragment: prunable
+-- A run the policy removes: terminal for longer than its status's age (completed, failed,
+-- cancelled are cut-off times, NULL = that status is kept), of agent if given, with no
+-- effect still to perform and no unconsumed mail.
+r.status IN ('completed', 'failed', 'cancelled')
+AND r.updated_at < CASE r.status WHEN 'completed' THEN %(completed)s::float8
+                                 WHEN 'failed' THEN %(failed)s::float8
+                                 ELSE %(cancelled)s::float8 END
+AND (%(agent)s::text IS NULL OR r.agent = %(agent)s::text)
+AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.thread_id = r.thread_id
+                AND o.status IN ('pending', 'running'))
+AND NOT EXISTS (SELECT 1 FROM mailbox m WHERE m.thread_id = r.thread_id
+                AND m.consumed_step IS NULL)
+
+-- name: take_lock
+-- Takes (or renews) the named lease for %(owner)s when it is free, expired or already ours.
+INSERT INTO maintenance_locks (name, owner, expires_at)
+VALUES (%(name)s, %(owner)s, extract(epoch FROM clock_timestamp())::float8 + %(ttl)s::float8)
+ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at
+WHERE maintenance_locks.owner = EXCLUDED.owner
+   OR maintenance_locks.expires_at < extract(epoch FROM clock_timestamp())::float8
+RETURNING owner;
+
+-- name: drop_lock
+DELETE FROM maintenance_locks WHERE name = %(name)s AND owner = %(owner)s RETURNING name;
+
+-- name: prune_candidates
+-- The next prunable runs after %(after)s in thread_id order (a walk over the primary key, so a
+-- prune reads the runs table once, however many batches it takes).
+SELECT r.thread_id FROM runs r
+WHERE r.thread_id > %(after)s AND
+{{prunable}}
+ORDER BY r.thread_id LIMIT %(limit)s;
+
+-- name: prune_estimate
+-- What a prune would remove, by status and agent: runs and the bytes of their rows' payloads.
+SELECT r.status, r.agent, count(*)::bigint,
+       COALESCE(SUM(octet_length(r.input) + COALESCE(octet_length(r.error), 0)
+           + (SELECT COALESCE(SUM(octet_length(c.data)), 0) FROM checkpoints c WHERE c.thread_id = r.thread_id)
+           + (SELECT COALESCE(SUM(octet_length(j.result)), 0) FROM journal j WHERE j.thread_id = r.thread_id)
+           + (SELECT COALESCE(SUM(octet_length(o.payload) + COALESCE(octet_length(o.result), 0)), 0)
+              FROM outbox o WHERE o.thread_id = r.thread_id)
+           + (SELECT COALESCE(SUM(octet_length(m.message)), 0) FROM mailbox m WHERE m.thread_id = r.thread_id)), 0)
+FROM runs r WHERE
+{{prunable}}
+GROUP BY r.status, r.agent ORDER BY r.status, r.agent;
+
+-- name: prune_mark
+-- The batch's runs that are still prunable inside the removing transaction (a run retried or
+-- sent mail since it was listed stays), recorded as tombstones.
+INSERT INTO tombstones (thread_id, agent, status, finished_at, pruned_at)
+SELECT r.thread_id, r.agent, r.status, r.updated_at, extract(epoch FROM clock_timestamp())::float8
+FROM runs r WHERE r.thread_id = ANY(%(ids)s::text[]) AND
+{{prunable}}
+ON CONFLICT (thread_id) DO UPDATE SET agent = EXCLUDED.agent, status = EXCLUDED.status,
+    finished_at = EXCLUDED.finished_at, pruned_at = EXCLUDED.pruned_at
+RETURNING thread_id;
+
+-- name: prune_checkpoints
+DELETE FROM checkpoints WHERE thread_id = ANY(%(ids)s::text[]);
+
+-- name: prune_journal
+DELETE FROM journal WHERE thread_id = ANY(%(ids)s::text[]);
+
+-- name: prune_outbox
+DELETE FROM outbox WHERE thread_id = ANY(%(ids)s::text[]);
+
+-- name: prune_mailbox
+DELETE FROM mailbox WHERE thread_id = ANY(%(ids)s::text[]);
+
+-- name: prune_interrupts
+DELETE FROM interrupts WHERE thread_id = ANY(%(ids)s::text[]);
+
+-- name: prune_groups
+DELETE FROM group_members WHERE thread_id = ANY(%(ids)s::text[]);
+
+-- name: prune_child_links
+-- Children outlive a pruned parent; their link to it goes (it would name a run that is gone).
+UPDATE runs SET parent_thread_id = NULL
+WHERE parent_thread_id = ANY(%(ids)s::text[]);
+
+-- name: prune_runs_rows
+DELETE FROM runs WHERE thread_id = ANY(%(ids)s::text[]);
+
+-- name: get_tombstone
+SELECT thread_id, agent, status, finished_at, pruned_at FROM tombstones
+WHERE thread_id = %(thread_id)s;
+
+-- name: long_logs
+-- Runs with more than %(keep)s checkpoints, after %(after)s in thread_id order (compaction).
+SELECT thread_id FROM runs WHERE thread_id > %(after)s AND step > %(keep)s
+ORDER BY thread_id LIMIT %(limit)s;
+
+-- name: interrupt_steps
+-- The steps at which a run was interrupted (kept by compaction when asked): the checkpoint
+-- before the interrupt's step is where a fork re-asks it.
+SELECT DISTINCT step - 1 FROM interrupts WHERE thread_id = %(thread_id)s AND step < %(before)s;
+
+-- name: snapshot_checkpoint
+-- Rewrites one checkpoint as a snapshot of the state after it (the same state a replay gives).
+UPDATE checkpoints SET kind = 's', data = %(data)s WHERE thread_id = %(thread_id)s AND step = %(step)s;
+
+-- name: compact_checkpoints
+-- Removes the run's checkpoints before %(before)s except the %(keep)s steps.
+DELETE FROM checkpoints WHERE thread_id = %(thread_id)s AND step < %(before)s
+  AND NOT (step = ANY(%(keep)s::bigint[]));
+
+-- name: compact_journal
+-- Journal entries of committed steps before %(before)s: a replay never reads them again.
+DELETE FROM journal WHERE thread_id = %(thread_id)s AND step < %(before)s;

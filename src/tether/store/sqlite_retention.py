@@ -1,0 +1,96 @@
+"""SQLite's part of retention: the Retention operations over the store's connections.
+
+Reads run on a reader connection; each write is one job of the store's group commit, so a
+prune batch shares a transaction (and its fsync) with the steps committed meanwhile and is
+all or nothing with them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from .retention_types import PRUNE_TABLES, Cutoffs, Pruned, Tombstone
+
+Job = Callable[[sqlite3.Connection], Any]
+
+
+class SQLiteRetention:
+    def __init__(self, queries: Mapping[str, str], read: Callable[[Job], Awaitable[Any]],
+                 write: Callable[[Job], Awaitable[Any]]) -> None:
+        self._q = queries
+        self._read = read
+        self._write = write
+
+    async def _rows(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        q = self._q[name]
+        return [tuple(r) for r in await self._read(lambda c: c.execute(q, params).fetchall())]
+
+    async def take_lock(self, name: str, owner: str, ttl: float) -> bool:
+        q = self._q["take_lock"]
+
+        def job(c: sqlite3.Connection) -> bool:
+            return c.execute(q, {"name": name, "owner": owner, "ttl": ttl}).fetchone() is not None
+
+        return bool(await self._write(job))
+
+    async def drop_lock(self, name: str, owner: str) -> None:
+        q = self._q["drop_lock"]
+        await self._write(lambda c: c.execute(q, {"name": name, "owner": owner}))
+
+    async def prune_candidates(self, cutoffs: Cutoffs, after: str, limit: int) -> list[str]:
+        rows = await self._rows("prune_candidates",
+                                {**cutoffs.params(), "after": after, "limit": limit})
+        return [r[0] for r in rows]
+
+    async def prune_estimate(self, cutoffs: Cutoffs) -> list[tuple[str, str, int, int]]:
+        return [(str(s), str(a), int(n), int(b))
+                for s, a, n, b in await self._rows("prune_estimate", cutoffs.params())]
+
+    async def prune_runs(self, thread_ids: Sequence[str], cutoffs: Cutoffs) -> Pruned:
+        q = self._q
+        params = {**cutoffs.params(), "ids": orjson.dumps(list(thread_ids)).decode()}
+
+        def job(c: sqlite3.Connection) -> Pruned:
+            marked = [r[0] for r in c.execute(q["prune_mark"], params).fetchall()]
+            rows = 0
+            if marked:
+                ids = {"ids": orjson.dumps(marked).decode()}
+                for table in PRUNE_TABLES:
+                    rows += c.execute(q[f"prune_{table}"], ids).rowcount
+            return Pruned(marked, rows)
+
+        result: Pruned = await self._write(job)
+        return result
+
+    async def get_tombstone(self, thread_id: str) -> Tombstone | None:
+        rows = await self._rows("get_tombstone", {"thread_id": thread_id})
+        return Tombstone(*rows[0]) if rows else None
+
+    async def long_logs(self, keep: int, after: str, limit: int) -> list[str]:
+        rows = await self._rows("long_logs", {"keep": keep, "after": after, "limit": limit})
+        return [r[0] for r in rows]
+
+    async def interrupt_steps(self, thread_id: str, before: int) -> list[int]:
+        rows = await self._rows("interrupt_steps", {"thread_id": thread_id, "before": before})
+        return sorted(int(r[0]) for r in rows if int(r[0]) > 0)
+
+    async def compact_log(self, thread_id: str, snapshots: dict[int, bytes], before: int,
+                          keep: Sequence[int]) -> int:
+        q = self._q
+        keep_json = orjson.dumps(list(keep)).decode()
+
+        def job(c: sqlite3.Connection) -> int:
+            for step, data in snapshots.items():
+                c.execute(q["snapshot_checkpoint"],
+                          {"thread_id": thread_id, "step": step, "data": data})
+            params = {"thread_id": thread_id, "before": before, "keep": keep_json}
+            removed = c.execute(q["compact_checkpoints"], params).rowcount
+            return removed + c.execute(q["compact_journal"],
+                                       {"thread_id": thread_id, "before": before}).rowcount
+
+        removed: int = await self._write(job)
+        return removed

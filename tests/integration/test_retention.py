@@ -1,0 +1,314 @@
+"""Retention on both stores: the policy removes exactly the terminal runs past their age (from
+when they finished) with everything of theirs, leaves tombstones, survives a SIGKILLed
+pruner, and compacts long logs keeping state and interrupts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from apps.inprocess import WAIT, eventually, make_runtime, working
+from tether import (
+    Agent,
+    Command,
+    ConfigError,
+    Context,
+    RunNotFound,
+    RunPruned,
+    RunStatus,
+    append,
+    finish,
+    goto,
+    receive,
+)
+from tether.service.api import create_app
+
+DAY = 86400.0
+TABLES = ("runs", "checkpoints", "journal", "outbox", "mailbox", "interrupts", "group_members",
+          "tombstones")
+
+
+@contextmanager
+def raw(db_url: str) -> Iterator[Any]:
+    if db_url.startswith("sqlite"):
+        conn = sqlite3.connect(db_url.removeprefix("sqlite:///"))
+        try:
+            yield conn
+            conn.commit()
+        finally:
+            conn.close()
+    else:
+        with psycopg.connect(db_url) as pg:
+            yield pg
+
+
+def ph(db_url: str) -> str:
+    return "?" if db_url.startswith("sqlite") else "%s"
+
+
+def counts(db_url: str) -> dict[str, dict[str, int]]:
+    """Rows per table, per thread_id: the whole store, table by table."""
+    out: dict[str, dict[str, int]] = {}
+    with raw(db_url) as conn:
+        for t in TABLES:
+            rows = conn.cursor().execute(
+                f"SELECT thread_id, count(*) FROM {t} GROUP BY thread_id").fetchall()
+            out[t] = {r[0]: int(r[1]) for r in rows}
+    return out
+
+
+def age(db_url: str, thread_ids: list[str], seconds: float) -> None:
+    """Make these runs look finished `seconds` ago (and created long before)."""
+    p = ph(db_url)
+    with raw(db_url) as conn:
+        for tid in thread_ids:
+            conn.cursor().execute(
+                f"UPDATE runs SET updated_at = updated_at - {p}, created_at = created_at - {p}"
+                f" WHERE thread_id = {p}", (seconds, seconds + 60 * DAY, tid))
+
+
+def history_agent() -> Agent:
+    agent = Agent("hist")
+
+    @agent.node(start=True)
+    async def first(state: dict[str, Any], ctx: Context) -> Command:
+        await ctx.call(lambda: 1)
+        if state.get("effect"):
+            ctx.effect("slow", {"x": 1})
+        if state.get("fail"):
+            raise ValueError("boom")
+        if state.get("ask"):
+            ctx.interrupt({"q": 1})
+        ctx.join_group("g")
+        return goto("second", {"log": append(["a"])})
+
+    @agent.node
+    async def second(state: dict[str, Any], ctx: Context) -> Command:
+        return finish({"log": append(["b"])})
+
+    return agent
+
+
+async def test_the_policy_removes_exactly_the_old_terminal_runs(db_url: str) -> None:
+    agent = history_agent()
+    from tether import RetryPolicy
+
+    agent.retry = RetryPolicy(attempts=1)
+    rt = make_runtime(db_url, agent)
+    gate = asyncio.Event()
+
+    @rt.effect("slow")
+    async def slow(payload: Any, key: str) -> None:
+        await gate.wait()
+
+    try:
+        async with working(rt, close=False):
+            old_done = [(await rt.start("hist", {})).thread_id for _ in range(5)]
+            young_done = [(await rt.start("hist", {})).thread_id for _ in range(2)]
+            old_failed = [(await rt.start("hist", {"fail": True})).thread_id for _ in range(2)]
+            waiting = (await rt.start("hist", {"ask": True})).thread_id
+            pending_fx = (await rt.start("hist", {"effect": True})).thread_id
+            mailed = (await rt.start("hist", {})).thread_id
+            for tid in [*old_done, *young_done, *old_failed, pending_fx, mailed]:
+                await asyncio.wait_for(rt.wait(tid), WAIT)
+            await eventually(lambda: _status(rt, waiting, "waiting"), "the run to wait")
+        await rt.store.send_message(mailed, b'"unread"')  # mail no step will ever read
+        age(db_url, [*old_done, *old_failed, waiting, pending_fx, mailed], 40 * DAY)
+        age(db_url, young_done, 10 * DAY)
+        before = counts(db_url)
+
+        dry = await rt.prune(completed="30d", failed="30d", dry_run=True)
+        assert dry.runs == 7 and dry.bytes > 0
+        assert dry.by == {("completed", "hist"): 5, ("failed", "hist"): 2}
+        assert counts(db_url) == before  # a dry run changes nothing
+
+        report = await rt.prune(completed="30d", failed="30d")
+        assert report.runs == 7
+        after = counts(db_url)
+        gone = set(old_done) | set(old_failed)
+        for t in TABLES[:-1]:
+            expected = {k: v for k, v in before[t].items() if k not in gone}
+            assert after[t] == expected, t
+        assert set(after["tombstones"]) == gone
+        assert report.rows == sum(n for t in TABLES[:-1] for k, n in before[t].items()
+                                  if k in gone)
+        again = await rt.prune(completed="30d", failed="30d")  # idempotent
+        assert again.runs == 0 and counts(db_url) == after
+        gate.set()
+    finally:
+        await rt.close()
+
+
+async def _status(rt: Any, tid: str, status: str) -> bool:
+    return bool((await rt.get(tid)).status == status)
+
+
+async def test_a_pruned_run_is_a_tombstone_and_its_thread_id_starts_fresh(db_url: str) -> None:
+    agent = history_agent()
+    rt = make_runtime(db_url, agent)
+    try:
+        async with working(rt, close=False):
+            run = await rt.start("hist", {}, thread_id="reused")
+            await asyncio.wait_for(rt.wait(run.thread_id), WAIT)
+        assert (await rt.prune(completed="0s")).runs == 1
+        with pytest.raises(RunPruned) as info:
+            await rt.get("reused")
+        assert isinstance(info.value, RunNotFound) and info.value.pruned_at > 0
+        app = create_app(rt)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://t") as c:
+            r = await c.get("/runs/reused")
+            assert r.status_code == 410
+            assert r.json()["error"]["type"] == "RunPruned"
+            assert r.json()["error"]["pruned_at"] == pytest.approx(info.value.pruned_at)
+            assert (await c.get("/runs/never-was")).status_code == 404
+        async with working(rt, close=False):
+            fresh = await rt.start("hist", {"second": True}, thread_id="reused")
+            assert fresh.created and fresh.step == 0
+            done = await asyncio.wait_for(rt.wait("reused"), WAIT)
+        assert done.state == {"second": True, "log": ["a", "b"]}
+        cps = await rt.checkpoints("reused")
+        assert [c.step for c in cps] == [1, 2]  # nothing of the old run's log
+        assert counts(db_url)["journal"]["reused"] == 1
+    finally:
+        await rt.close()
+
+
+async def test_compaction_keeps_state_last_steps_and_interrupts(db_url: str) -> None:
+    agent = Agent("actor")
+
+    @agent.node(start=True)
+    async def tick(state: dict[str, Any], ctx: Context) -> Command:
+        n = state.get("n", 0) + 1
+        if n == 500:
+            ctx.interrupt({"at": n})
+        if n >= 1000:
+            return receive({"n": n})
+        return goto("tick", {"n": n, "seen": append([n % 7])})
+
+    rt = make_runtime(db_url, agent)
+    try:
+        async with working(rt, close=False):
+            run = await rt.start("actor", {})
+            await eventually(lambda: _status(rt, run.thread_id, "waiting"), "the interrupt",
+                             timeout=120)
+            await rt.resume(run.thread_id, "ok")
+            await eventually(lambda: _step(rt, run.thread_id, 1000), "1,000 steps", timeout=300)
+        state_before = (await rt.get(run.thread_id)).state
+        report = await rt.prune(keep_steps=10, keep_interrupts=True)
+        assert report.compacted_runs == 1
+        after = await rt.get(run.thread_id)
+        assert after.state == state_before and after.state["n"] == 1000
+        steps = [c.step for c in await rt.checkpoints(run.thread_id)]
+        assert steps == [499, *range(991, 1001)]
+        assert [c.state for c in await rt.checkpoints(run.thread_id)][-1] == state_before
+        forked = await rt.fork(run.thread_id, 499)  # re-asks the interrupt at step 500
+        async with working(rt, close=False):
+            await eventually(lambda: _status(rt, forked.thread_id, "waiting"), "the fork's ask")
+        assert [i.payload for i in await rt.interrupts(thread_id=forked.thread_id)] == [{"at": 500}]
+    finally:
+        await rt.close()
+
+
+async def _step(rt: Any, tid: str, step: int) -> bool:
+    return bool((await rt.peek(tid)).step >= step)
+
+
+def fill(db_url: str, runs: int, steps: int) -> None:
+    """`runs` completed runs of `steps` checkpoints and journal rows each, finished 40 days ago."""
+    p = ph(db_url)
+    now = time.time() - 40 * DAY
+    with raw(db_url) as conn:
+        cur = conn.cursor()
+        cur.executemany(
+            f"INSERT INTO runs (thread_id, agent, version, status, step, input, input_hash, "
+            f"created_at, updated_at) VALUES ({p}, 'a', 'v1', 'completed', {p}, {p}, 'h', {p}, {p})",
+            [(f"t{i:06d}", steps, b"{}", now, now) for i in range(runs)])
+        cur.executemany(
+            f"INSERT INTO checkpoints (thread_id, step, node, kind, data, worker, attempt, "
+            f"started_at, finished_at) VALUES ({p}, {p}, 'n', 'd', {p}, 'w', 1, {p}, {p})",
+            [(f"t{i:06d}", s, b"{}", now, now) for i in range(runs) for s in range(1, steps + 1)])
+        cur.executemany(
+            f"INSERT INTO journal (thread_id, step, idx, name, result) VALUES ({p}, {p}, 0, 'f', {p})",
+            [(f"t{i:06d}", s, b"1") for i in range(runs) for s in range(1, steps + 1)])
+
+
+def test_a_sigkilled_pruner_leaves_a_consistent_store_and_the_next_finishes(
+        db_url: str, tmp_path: Path) -> None:
+    runs, steps = 20_000, 5
+    fill(db_url, runs, steps)
+    env = {**os.environ, "TETHER_LEASE_TTL": "1", "TETHER_DB": ""}
+    cmd = [sys.executable, "-m", "tether", "prune", "--completed", "30d", "--db", db_url, "--json"]
+    for _ in range(2):
+        before = tombstones(db_url)
+        proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while tombstones(db_url) <= before and time.monotonic() < deadline:
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        _assert_consistent(db_url, steps)
+        assert len(counts(db_url)["runs"]) < runs  # it had removed some
+        time.sleep(1.2)  # the killed pruner's lease expires
+    done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["runs"] > 0
+    final = counts(db_url)
+    assert final["runs"] == {} and final["checkpoints"] == {} and final["journal"] == {}
+    assert len(final["tombstones"]) == runs  # the same as one uninterrupted prune
+
+
+def tombstones(db_url: str) -> int:
+    with raw(db_url) as conn:
+        return int(conn.cursor().execute("SELECT count(*) FROM tombstones").fetchone()[0])
+
+
+def _assert_consistent(db_url: str, steps: int) -> None:
+    """Every run is whole (all its rows) or gone (a tombstone and no rows at all)."""
+    c = counts(db_url)
+    for tid in c["runs"]:
+        assert c["checkpoints"].get(tid) == steps and c["journal"].get(tid) == steps, tid
+        assert tid not in c["tombstones"]
+    for tid in c["tombstones"]:
+        assert tid not in c["checkpoints"] and tid not in c["journal"], tid
+
+
+def test_bad_input_is_a_clear_error_and_removes_nothing(db_url: str, tmp_path: Path) -> None:
+    fill(db_url, 3, 2)
+    before = counts(db_url)
+    env = {**os.environ, "TETHER_DB": ""}
+    for args, needle in ((["--completed", "soon"], "not a duration"),
+                         (["--failed", "-1d"], ">= 0"),
+                         (["--completed", "1d", "--agent", "nobody"], "unknown agent"),
+                         ([], "needs at least one of")):
+        out = subprocess.run([sys.executable, "-m", "tether", "prune", *args, "--db", db_url],
+                             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, (args, out.stdout, out.stderr)
+        assert needle in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert counts(db_url) == before
+
+
+async def test_the_runtime_api_refuses_bad_policies(db_url: str) -> None:
+    rt = make_runtime(db_url, history_agent())
+    try:
+        for kwargs in ({}, {"completed": "x"}, {"keep_steps": 0}, {"completed": -5}):
+            with pytest.raises(ConfigError):
+                await rt.prune(**kwargs)
+    finally:
+        await rt.close()
+    assert RunStatus.COMPLETED.terminal
