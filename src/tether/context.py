@@ -127,6 +127,12 @@ class Context:
     def __repr__(self) -> str:
         return f"Context(thread_id={self.thread_id!r}, step={self.step}, node={self.node!r})"
 
+    @property
+    def db_url(self) -> str:
+        """The URL of the database the run lives in (for a node that keeps its own tables
+        there, as tether.langgraph's agent does)."""
+        return self._store.url
+
     @overload
     async def call(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T: ...
 

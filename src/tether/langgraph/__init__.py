@@ -2,6 +2,8 @@
 
 - `TetherSaver`: a LangGraph checkpointer (BaseCheckpointSaver) on tether's database and
   migrations, SQLite or Postgres: `async with TetherSaver.from_conn_string(db_url) as saver`.
+- `agent(name, graph)`: a compiled graph as a tether Agent; its super-steps run as the run's
+  steps on tether's workers, under leases; `interrupt()` is a tether interrupt.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from ..extras import requires_extra
 with requires_extra("langgraph", "tether.langgraph"):
     import langgraph.checkpoint.base  # noqa: F401  (named first in the error when missing)
 
+    from .durable import agent
     from .saver import TetherSaver
 
-__all__ = ["TetherSaver"]
+__all__ = ["TetherSaver", "agent"]

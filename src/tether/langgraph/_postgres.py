@@ -1,6 +1,6 @@
 """TetherSaver's Postgres rows: how each operation is said in Postgres (sql/postgres.sql).
 
-A small psycopg 3 async pool in autocommit; a put and a task's writes are one statement each
+A few autocommit connections (_Conns); a put and a task's writes are one statement each
 (one round trip, atomic by themselves); prune and delete_for_runs are one transaction under
 per-thread advisory locks. `synchronous_commit=on` on every connection: a checkpoint put is in
 the WAL on disk when it returns.
@@ -8,7 +8,9 @@ the WAL on disk when it returns.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from functools import cache
 from importlib import resources
 from typing import Any, cast
@@ -16,8 +18,8 @@ from typing import Any, cast
 import psycopg
 from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..config import redact
 from ..errors import ConfigError, SchemaError, StoreError, StoreUnavailable
@@ -34,6 +36,44 @@ def _queries() -> dict[str, bytes]:
     text = (resources.files("tether.langgraph") / "sql" / "postgres.sql").read_text("utf-8")
     return {k: v.encode() for k, v in
             parse_queries(text, "tether/langgraph/sql/postgres.sql").items()}
+
+
+class _Conns:
+    """Up to `size` autocommit connections, opened on demand and kept. No background task
+    (unlike psycopg_pool's pools): closing works at any moment, even while the event loop shuts
+    down and has cancelled its tasks, which is when tether.langgraph.agent's savers close."""
+
+    def __init__(self, conninfo: str, size: int, timeout: float) -> None:
+        self._conninfo, self._timeout = conninfo, timeout
+        self._slots = asyncio.Semaphore(size)
+        self._idle: list[Conn] = []
+        self.closed = False
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Conn]:
+        async with asyncio.timeout(self._timeout):
+            await self._slots.acquire()
+        try:
+            if self.closed:
+                raise StoreError("the saver is not open")
+            conn = self._idle.pop() if self._idle else await AsyncConnection.connect(
+                self._conninfo, autocommit=True)
+            try:
+                yield conn
+            finally:
+                if (self.closed or conn.closed
+                        or conn.info.transaction_status != TransactionStatus.IDLE):
+                    await conn.close()  # broken, or left mid-transaction by a cancellation
+                else:
+                    self._idle.append(conn)
+        finally:
+            self._slots.release()
+
+    async def close(self) -> None:
+        self.closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()
 
 
 class PostgresRows:
@@ -60,7 +100,7 @@ class PostgresRows:
         self._conninfo = make_conninfo("", **params)
         self._pool_size = pool_size
         self._timeout = connect_timeout
-        self._pool: AsyncConnectionPool[Conn] | None = None
+        self._pool: _Conns | None = None
         self._q = _queries()
 
     def _error(self, exc: BaseException) -> StoreError:
@@ -71,7 +111,7 @@ class PostgresRows:
         if isinstance(exc, psycopg.errors.UndefinedTable) and "lg_" in text:
             err = SchemaError(f"the database at {self.safe_url} has no LangGraph tables: call "
                               f"`await saver.setup()` (or run `tether migrate`) first")
-        elif isinstance(exc, PoolTimeout | psycopg.OperationalError):
+        elif isinstance(exc, TimeoutError | psycopg.OperationalError):
             err = StoreUnavailable(f"Postgres at {self.safe_url} is unavailable: {text}")
         else:
             err = StoreError(f"Postgres error: {text}")
@@ -81,12 +121,11 @@ class PostgresRows:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def open(self, *, private_loop: bool) -> None:
-        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
-            self._conninfo, min_size=1, max_size=self._pool_size, open=False,
-            kwargs={"autocommit": True}, timeout=self._timeout * 3, name="tether-langgraph")
-        try:
-            await pool.open(wait=True, timeout=self._timeout)
-        except (PoolTimeout, psycopg.Error) as exc:
+        pool = _Conns(self._conninfo, self._pool_size, self._timeout * 3)
+        try:  # one connection now: a wrong URL or a server down is an error here
+            async with pool.connection():
+                pass
+        except (TimeoutError, psycopg.Error) as exc:
             await pool.close()
             raise self._error(exc) from exc
         self._pool = pool
@@ -108,7 +147,7 @@ class PostgresRows:
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _need(self) -> AsyncConnectionPool[Conn]:
+    def _need(self) -> _Conns:
         if self._pool is None:
             raise StoreError("the saver is not open")
         return self._pool
@@ -118,7 +157,7 @@ class PostgresRows:
             async with self._need().connection() as conn:
                 cur = await conn.execute(self._q[name], params)
                 return await cur.fetchall() if cur.description else []
-        except (PoolTimeout, psycopg.Error) as exc:
+        except (TimeoutError, psycopg.Error) as exc:
             raise self._error(exc) from exc
 
     async def _locked(self, thread_ids: Sequence[str], steps: Any) -> Any:
@@ -127,7 +166,7 @@ class PostgresRows:
             async with self._need().connection() as conn, conn.transaction():
                 await conn.execute(self._q["lock_threads"], {"thread_ids": list(thread_ids)})
                 return await steps(conn)
-        except (PoolTimeout, psycopg.Error) as exc:
+        except (TimeoutError, psycopg.Error) as exc:
             raise self._error(exc) from exc
 
     async def _collect(self, conn: Conn, thread_id: str, ns: str, collect: Collect) -> None:

@@ -1,0 +1,149 @@
+"""tether.langgraph.agent: a compiled LangGraph graph run as a tether agent, in process (the
+SIGKILL cases are in tests/acceptance/test_langgraph_durable.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+from tether import Runtime
+from tether.errors import DefinitionError, InvalidState
+from tether.langgraph import TetherSaver, agent
+
+from apps.inprocess import WAIT, make_runtime, working
+
+STEPS = 5
+
+
+class State(TypedDict, total=False):
+    messages: Annotated[list[str], operator.add]
+    answer: str
+
+
+def step(state: State) -> dict[str, Any]:
+    return {"messages": [f"m{len(state.get('messages', [])) + 1}"]}
+
+
+def route(state: State) -> str:
+    return "step" if len(state["messages"]) < STEPS else END
+
+
+def loop_graph() -> Any:
+    builder = StateGraph(State)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_conditional_edges("step", route)
+    return builder.compile()
+
+
+def ask(state: State) -> dict[str, Any]:
+    return {"answer": str(interrupt({"question": "ok?", "seen": len(state["messages"])}))}
+
+
+def ask_twice(state: State) -> dict[str, Any]:
+    first = interrupt("first?")
+    second = interrupt("second?")
+    return {"answer": f"{first}+{second}"}
+
+
+def approval_graph(node: Any = ask) -> Any:
+    builder = StateGraph(State)
+    builder.add_node("step", step)
+    builder.add_node("ask", node)
+    builder.add_edge(START, "step")
+    builder.add_edge("step", "ask")
+    builder.add_edge("ask", END)
+    return builder.compile()
+
+
+async def wait_status(rt: Runtime, thread_id: str, status: str) -> Any:
+    async with asyncio.timeout(WAIT):
+        while (run := await rt.get(thread_id)).status != status:
+            await asyncio.sleep(0.02)
+    return run
+
+
+async def history(db_url: str, thread_id: str) -> list[int]:
+    async with TetherSaver.from_conn_string(db_url) as saver:
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+        return [t.metadata["step"] async for t in saver.alist(config)]
+
+
+async def test_one_superstep_per_tether_step(db_url: str) -> None:
+    looped = agent("lg_loop", loop_graph())
+    rt = make_runtime(db_url, looped)
+    async with working(rt):
+        run = await rt.start(looped, {"messages": []})
+        done = await rt.wait(run.thread_id, timeout=WAIT)
+        cps = await rt.checkpoints(run.thread_id)
+    assert done.status == "completed"
+    assert done.state["values"] == {"messages": [f"m{i}" for i in range(1, STEPS + 1)]}
+    # LangGraph's log: the input, then one checkpoint per super-step, each once.
+    assert await history(db_url, run.thread_id) == list(range(STEPS, -2, -1))
+    # tether's: one step per super-step (the input's and the first together).
+    assert [c.step for c in cps] == list(range(1, len(cps) + 1))
+    assert len(cps) == STEPS
+    assert cps[0].state["langgraph"] == {"step": 1, "next": ["step"]}
+
+
+async def test_langgraph_interrupt_is_a_tether_interrupt(db_url: str) -> None:
+    asking = agent("lg_ask", approval_graph())
+    rt = make_runtime(db_url, asking)
+    async with working(rt):
+        run = await rt.start(asking, {"messages": []})
+        await wait_status(rt, run.thread_id, "waiting")
+        [pending] = await rt.interrupts(thread_id=run.thread_id)
+        [lg] = pending.payload["interrupts"]
+        assert lg["value"] == {"question": "ok?", "seen": 1}
+        await rt.resume(run.thread_id, "yes")
+        done = await rt.wait(run.thread_id, timeout=WAIT)
+    assert done.status == "completed"
+    assert done.state["values"] == {"messages": ["m1"], "answer": "yes"}
+    steps = await history(db_url, run.thread_id)
+    assert len(steps) == len(set(steps))
+
+
+async def test_two_interrupts_in_one_node_each_answered_once(db_url: str) -> None:
+    asking = agent("lg_ask2", approval_graph(ask_twice))
+    rt = make_runtime(db_url, asking)
+    async with working(rt):
+        run = await rt.start(asking, {"messages": []})
+        for answer in ("a", "b"):
+            await wait_status(rt, run.thread_id, "waiting")
+            [pending] = await rt.interrupts(thread_id=run.thread_id)
+            await rt.resume(run.thread_id, answer)
+        done = await rt.wait(run.thread_id, timeout=WAIT)
+    assert done.status == "completed" and done.state["values"]["answer"] == "a+b"
+
+
+async def test_output_shapes_the_final_state(db_url: str) -> None:
+    looped = agent("lg_out", loop_graph(), output=lambda v: {"count": len(v["messages"])})
+    rt = make_runtime(db_url, looped)
+    async with working(rt):
+        run = await rt.start(looped, {"messages": ["seed"]})
+        done = await rt.wait(run.thread_id, timeout=WAIT)
+    assert done.state["count"] == STEPS
+
+
+def test_only_compiled_graphs() -> None:
+    builder = StateGraph(State)
+    with pytest.raises(DefinitionError, match="compiled LangGraph graph"):
+        agent("lg_bad", builder)  # type: ignore[arg-type]
+
+
+def test_several_pending_interrupts_need_a_map() -> None:
+    from langgraph.types import Interrupt, StateSnapshot
+
+    from tether.langgraph.durable import _resume
+
+    snap = StateSnapshot({}, (), {"configurable": {}}, None, None, None, (),
+                         (Interrupt("a", id="i1"), Interrupt("b", id="i2")))
+    assert _resume(snap, {"i1": 1, "i2": 2}) == {"i1": 1, "i2": 2}
+    with pytest.raises(InvalidState, match="dict of interrupt id"):
+        _resume(snap, "yes")
