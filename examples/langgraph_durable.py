@@ -1,0 +1,155 @@
+"""A LangGraph agent that survives kill -9: its super-steps run on tether's workers.
+
+    python examples/langgraph_durable.py
+
+The graph is plain LangGraph: `research` calls a tool (slow, logged to a file so real calls
+can be counted) four times, looping on itself; `approve` asks a person with LangGraph's
+`interrupt()`; `publish` finishes. `tether.langgraph.agent` makes it a tether agent, so a
+worker process runs it under a lease, one super-step per step, checkpointed by TetherSaver in
+tether's database. This script starts 3 runs, starts a worker, SIGKILLs it mid-graph, twice,
+and each time starts another; the interrupts then show up as tether interrupts (`tether
+interrupts`, `GET /interrupts`) and are answered with `runtime.resume`. At the end it shows,
+per run, that every super-step is once in LangGraph's checkpoint history and that the tool was
+called again only for super-steps in flight at a kill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+import tether
+from tether.langgraph import TetherSaver
+from tether.langgraph import agent as langgraph_agent
+
+TOOL_LOG = os.environ.get("LANGGRAPH_TOOL_LOG",
+                          os.path.join(tempfile.gettempdir(), "langgraph_tool.log"))
+TOPICS = 4
+
+
+class State(TypedDict, total=False):
+    question: str
+    notes: Annotated[list[str], operator.add]
+    verdict: str
+    published: str
+
+
+async def search_tool(thread_id: str, query: str) -> str:
+    """The tool: slow, and logged when it starts, so a call cut short by a kill counts too."""
+    with open(TOOL_LOG, "a") as f:
+        f.write(f"{thread_id}|{query}\n")
+    await asyncio.sleep(0.4)
+    return f"found: {query}"
+
+
+async def research(state: State, config: RunnableConfig) -> dict[str, Any]:
+    n = len(state.get("notes", []))
+    note = await search_tool(config["configurable"]["thread_id"], f"{state['question']} #{n}")
+    return {"notes": [note]}
+
+
+def more_research(state: State) -> str:
+    return "research" if len(state.get("notes", [])) < TOPICS else "approve"
+
+
+def approve(state: State) -> dict[str, Any]:
+    verdict = interrupt({"draft": " / ".join(state["notes"]), "ask": "publish? (yes/no)"})
+    return {"verdict": str(verdict)}
+
+
+def publish(state: State) -> dict[str, Any]:
+    ok = state["verdict"] == "yes"
+    return {"published": " / ".join(state["notes"]) if ok else "(withheld)"}
+
+
+builder = StateGraph(State)
+builder.add_node("research", research)
+builder.add_node("approve", approve)
+builder.add_node("publish", publish)
+builder.add_edge(START, "research")
+builder.add_conditional_edges("research", more_research)
+builder.add_edge("approve", "publish")
+builder.add_edge("publish", END)
+graph = builder.compile()
+
+support = langgraph_agent("langgraph_support", graph)
+DB = os.environ.get("TETHER_DB", "sqlite:///langgraph_durable.db")
+runtime = tether.Runtime(DB, agents=[support], lease_ttl=2.0, poll_interval=0.1)
+
+
+def _worker() -> subprocess.Popen[bytes]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "LANGGRAPH_TOOL_LOG": TOOL_LOG, "PYTHONPATH": here}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tether", "worker", "--app", "langgraph_durable:runtime",
+         "--db", DB, "--concurrency", "10"], env=env, stdout=subprocess.DEVNULL)
+
+
+async def _steps(thread_ids: list[str]) -> int:
+    return sum([(await runtime.get(t)).step for t in thread_ids])
+
+
+async def main() -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    if os.path.exists(TOOL_LOG):
+        os.remove(TOOL_LOG)
+    await runtime.migrate()
+    async with runtime:
+        runs = [await runtime.start(support, {"question": f"q{i}"}) for i in range(3)]
+        tids = [r.thread_id for r in runs]
+        con.print(f"started {len(runs)} LangGraph runs on {DB}")
+        worker = _worker()
+        for kill, at in enumerate((3, 7), start=1):  # committed tether steps, over all runs
+            while True:
+                await asyncio.sleep(0.05)
+                if await _steps(tids) >= at:
+                    break
+            worker.send_signal(signal.SIGKILL)
+            worker.wait()
+            con.print(f"[red]SIGKILLed worker {kill}[/red] mid-graph; starting another "
+                      "(it takes over once the 2 s leases expire)")
+            worker = _worker()
+        try:
+            for t in tids:
+                await runtime.wait(t, timeout=60, until="waiting")
+            asks = await runtime.interrupts()
+            con.print(f"{len(asks)} LangGraph interrupts are tether interrupts; answering them")
+            for ask in asks:
+                await runtime.resume(ask.thread_id, "yes")
+            done = [await runtime.wait(t, timeout=60) for t in tids]
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait()
+    calls = Counter(open(TOOL_LOG).read().splitlines())
+    table = Table("thread_id", "status", "super-steps", "each once", "tool calls",
+                  "repeated", "published")
+    async with TetherSaver.from_conn_string(DB) as saver:
+        for run in done:
+            config: RunnableConfig = {"configurable": {"thread_id": run.thread_id}}
+            steps = [t.metadata["step"] async for t in saver.alist(config)]
+            mine = {k: n for k, n in calls.items() if k.startswith(run.thread_id + "|")}
+            table.add_row(run.thread_id[:12], run.status.value, str(len(steps)),
+                          str(len(steps) == len(set(steps))), str(sum(mine.values())),
+                          str(sum(n - 1 for n in mine.values())),
+                          str(run.state["values"]["published"])[:30])
+    con.print(table)
+    con.print("A tool call is repeated only when its super-step was in flight at a kill (its "
+              "result was never checkpointed); every finished super-step was kept.")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
