@@ -135,7 +135,7 @@ async def main() -> None:
             worker.send_signal(signal.SIGTERM)
             worker.wait()
     calls = Counter(open(TOOL_LOG).read().splitlines())
-    table = Table("thread_id", "status", "super-steps", "each once", "tool calls",
+    table = Table("thread", "status", "checkpoints", "each step once", "tool calls",
                   "repeated", "published")
     async with TetherSaver.from_conn_string(DB) as saver:
         for run in done:
@@ -145,7 +145,7 @@ async def main() -> None:
             table.add_row(run.thread_id[:12], run.status.value, str(len(steps)),
                           str(len(steps) == len(set(steps))), str(sum(mine.values())),
                           str(sum(n - 1 for n in mine.values())),
-                          str(run.state["values"]["published"])[:30])
+                          "no" if run.state["values"]["published"] == "(withheld)" else "yes")
     con.print(table)
     con.print("A tool call is repeated only when its super-step was in flight at a kill (its "
               "result was never checkpointed); every finished super-step was kept.")

@@ -3,7 +3,6 @@ SIGKILL cases are in tests/acceptance/test_langgraph_durable.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import operator
 from typing import Annotated, Any, TypedDict
 
@@ -12,11 +11,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
-from tether import Runtime
+from apps.inprocess import WAIT, make_runtime, working
 from tether.errors import DefinitionError, InvalidState
 from tether.langgraph import TetherSaver, agent
-
-from apps.inprocess import WAIT, make_runtime, working
 
 STEPS = 5
 
@@ -62,13 +59,6 @@ def approval_graph(node: Any = ask) -> Any:
     return builder.compile()
 
 
-async def wait_status(rt: Runtime, thread_id: str, status: str) -> Any:
-    async with asyncio.timeout(WAIT):
-        while (run := await rt.get(thread_id)).status != status:
-            await asyncio.sleep(0.02)
-    return run
-
-
 async def history(db_url: str, thread_id: str) -> list[int]:
     async with TetherSaver.from_conn_string(db_url) as saver:
         config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
@@ -97,7 +87,7 @@ async def test_langgraph_interrupt_is_a_tether_interrupt(db_url: str) -> None:
     rt = make_runtime(db_url, asking)
     async with working(rt):
         run = await rt.start(asking, {"messages": []})
-        await wait_status(rt, run.thread_id, "waiting")
+        await rt.wait(run.thread_id, timeout=WAIT, until="waiting")
         [pending] = await rt.interrupts(thread_id=run.thread_id)
         [lg] = pending.payload["interrupts"]
         assert lg["value"] == {"question": "ok?", "seen": 1}
@@ -114,9 +104,10 @@ async def test_two_interrupts_in_one_node_each_answered_once(db_url: str) -> Non
     rt = make_runtime(db_url, asking)
     async with working(rt):
         run = await rt.start(asking, {"messages": []})
-        for answer in ("a", "b"):
-            await wait_status(rt, run.thread_id, "waiting")
+        for question, answer in (("first?", "a"), ("second?", "b")):
+            await rt.wait(run.thread_id, timeout=WAIT, until="waiting")
             [pending] = await rt.interrupts(thread_id=run.thread_id)
+            assert [i["value"] for i in pending.payload["interrupts"]] == [question]
             await rt.resume(run.thread_id, answer)
         done = await rt.wait(run.thread_id, timeout=WAIT)
     assert done.status == "completed" and done.state["values"]["answer"] == "a+b"
