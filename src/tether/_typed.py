@@ -308,7 +308,21 @@ _DECODERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "pydantic": _read_model,
     "dict": _read_dict,
     "json": lambda v: revive(v["v"]),
+    "call": lambda v: revive(v["v"]),  # the usage beside it is for the store, not the node
 }
+
+
+def plain_json(v: Any) -> Any:
+    """orjson's `default` for display: what orjson does not write itself, in plain JSON."""
+    if _pydantic_model(v):
+        return v.model_dump(mode="json")
+    if isinstance(v, Decimal):
+        return str(v)
+    if isinstance(v, (bytes, bytearray)):
+        return base64.b64encode(v).decode()
+    if isinstance(v, (set, frozenset)):
+        return list(v)
+    raise TypeError(f"Type is not JSON serializable: {type(v).__name__}")
 
 
 # -- checking what reads back ----------------------------------------------------------------

@@ -63,11 +63,16 @@ class Agent:
     ... async def plan(state, ctx): return finish({"done": True})
     """
 
-    def __init__(self, name: str, *, retry: RetryPolicy | None = None) -> None:
+    def __init__(self, name: str, *, retry: RetryPolicy | None = None,
+                 typed_state: bool = False) -> None:
         if not isinstance(name, str) or not name.replace("-", "_").replace(".", "_").isidentifier():
             raise DefinitionError(f"agent name must be an identifier-like string, got {name!r}")
         self.name = name
         self.retry = retry or RetryPolicy()
+        self.typed_state = bool(typed_state)
+        """State (updates, snapshots) may hold typed values, as journal results do (pydantic
+        models, dataclasses, datetimes, UUIDs, Decimals, enums, bytes: tether.serde); off, the
+        state takes JSON types only."""
         self.nodes: dict[str, Node] = {}
         self.start: str | None = None
         self._explicit_start = False

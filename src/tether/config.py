@@ -18,6 +18,8 @@ class Settings:
     snapshot_every: int = 100
     concurrency: int = 100
     shutdown_grace: float = 10.0
+    cpu_workers: int = 0
+    """Processes of the worker's pool for ctx.cpu_call; 0: one per CPU."""
 
     def __post_init__(self) -> None:
         if self.lease_ttl <= 0:
@@ -28,6 +30,8 @@ class Settings:
             raise ConfigError(f"snapshot_every must be >= 1, got {self.snapshot_every}")
         if self.concurrency < 1:
             raise ConfigError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.cpu_workers < 0:
+            raise ConfigError(f"cpu_workers must be >= 0 (0: one per CPU), got {self.cpu_workers}")
 
     @classmethod
     def from_env(cls, prefix: str = "TETHER_", **overrides: object) -> Settings:
@@ -36,7 +40,7 @@ class Settings:
         values: dict[str, object] = {}
         for name, typ in (("db", str), ("lease_ttl", float), ("poll_interval", float),
                           ("snapshot_every", int), ("concurrency", int),
-                          ("shutdown_grace", float)):
+                          ("shutdown_grace", float), ("cpu_workers", int)):
             raw = os.environ.get(prefix + name.upper())
             if raw is not None and raw != "":
                 try:

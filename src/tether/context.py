@@ -2,7 +2,10 @@
 
 `await ctx.call(fn, ...)` is journaled: the result is committed before it is returned, and a
 re-execution of the same step (after a crash or retry) gets the recorded result back without
-calling again. Calls are matched by index within the step and checked by name.
+calling again. Calls are matched by index within the step and checked by name. So are
+`ctx.stream_call` (a stream, forwarded chunk by chunk, journaled once assembled) and
+`ctx.cpu_call` (a sync function in the worker's process pool); how they run the first time
+is tether.calls. A result that reports token usage (tether.llm) is journaled with it.
 """
 
 from __future__ import annotations
@@ -10,12 +13,14 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
-from . import serde
+from . import calls, llm, serde
 from .errors import DefinitionError, DuplicateEffectKey, NondeterminismError, RunNotFound
 from .history import load_state
+from .retry import RetryPolicy
 from .store.base import (
     INTERRUPT_CALL,
     JOIN_CALL,
@@ -66,6 +71,7 @@ class Suspend(BaseException):
         self.park = park
 
 T = TypeVar("T")
+_NO_USAGE = frozenset({str, int, float, bool, type(None), bytes})  # results that report none
 
 
 def callable_name(fn: Callable[..., Any]) -> str:
@@ -77,10 +83,9 @@ def callable_name(fn: Callable[..., Any]) -> str:
 class Context:
     """Handed to every node execution. One Context per execution of one step."""
 
-    __slots__ = ("_agents", "_calls", "_effect_handlers", "_journal", "_lease", "_obs", "_sink",
-                 "_store",
-                 "agent", "attempt", "children", "effects", "groups", "inbox", "messages", "node",
-                 "step", "thread_id", "version", "worker")
+    __slots__ = ("_agents", "_calls", "_cpu", "_effect_handlers", "_journal", "_lease", "_obs",
+                 "_sink", "_store", "agent", "attempt", "children", "effects", "groups", "inbox",
+                 "messages", "node", "step", "thread_id", "version", "worker")
 
     def __init__(
         self,
@@ -98,10 +103,12 @@ class Context:
         agents: Mapping[str, AgentLike] | None = None,
         version: str = "",
         observer: RunObserver | None = None,
+        cpu: Callable[[], Executor] | None = None,
     ) -> None:
         self._store = store
         self._obs = observer
         self._sink = sink
+        self._cpu = cpu
         self._effect_handlers = effect_handlers if effect_handlers is not None else {}
         self.effects: list[EffectRow] = []
         """Effects requested by this execution, committed with its checkpoint."""
@@ -134,12 +141,15 @@ class Context:
         return self._store.url
 
     @overload
-    async def call(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T: ...
+    async def call(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None,
+                   retry: RetryPolicy | None = None, **kwargs: Any) -> T: ...
 
     @overload
-    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+    async def call(self, fn: Callable[..., T], *args: Any, timeout: float | None = None,
+                   retry: RetryPolicy | None = None, **kwargs: Any) -> T: ...
 
-    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def call(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None,
+                   retry: RetryPolicy | None = None, **kwargs: Any) -> Any:
         """Call `fn(*args, **kwargs)` (sync or async) once per step, durably.
 
         The result is journaled before it is returned; on re-execution of this step the
@@ -147,6 +157,12 @@ class Context:
         value (a pydantic model, dataclass, datetime, UUID, Decimal, enum, bytes, or JSON
         containing them: see tether.serde), read back as the same type. A different function
         at the same call index raises NondeterminismError.
+
+        `timeout` (seconds; an async `fn` only) raises CallTimeout when it expires; `retry`
+        retries the call in place, within the step, before a failure reaches the node's own
+        policy: provider rate limits, timeouts and 5xx are retried (after their Retry-After),
+        4xx request errors are not. Both are tether's: to pass `fn` arguments of these names,
+        bind them first (functools.partial).
         """
         name = callable_name(fn)
         idx, rec = self._next(name)
@@ -157,15 +173,102 @@ class Context:
                 obs.call(self.step, name, True, now, now)
             return serde.loads(rec.result)
         started = time.time() if obs is not None else 0.0
-        value = fn(*args, **kwargs)
-        if inspect.isawaitable(value):
-            value = await value
-        data, decoded = serde.encode(value, f"result of call #{idx} to {name}", typed=True)
+        if timeout is None and retry is None:
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+        else:
+            value = await calls.attempts(lambda: calls.invoke(fn, args, kwargs), name, timeout,
+                                         retry, self._on_retry(idx, name))
+        data, decoded = self._encode(idx, name, value)
         await self._store.record_call(self._lease, self.step, idx, name, data)
         if obs is not None:
             obs.call(self.step, name, False, started, time.time())
         # Return the decoded record so the first execution sees exactly what a replay sees.
         return decoded
+
+    async def stream_call(self, fn: Callable[..., Any], *args: Any,
+                          assemble: Callable[[list[Any]], Any] | None = None,
+                          timeout: float | None = None, retry: RetryPolicy | None = None,
+                          **kwargs: Any) -> Any:
+        """Call `fn(*args, **kwargs)`, which starts a stream (an SDK's `stream=True` call:
+        an async iterator of chunks), once per step, durably. Each chunk goes to the run's
+        live events as it arrives ({"type": "stream", "call": index, "data": chunk}); the
+        chunks assembled into one result (OpenAI chunks into a ChatCompletion, Anthropic
+        events into a Message, text joined: tether.llm.assemble, or `assemble(chunks)`) are
+        journaled and returned. On re-execution the recorded result is returned with no call
+        and no chunks: subscribers get a {"type": "replayed"} event with it instead. A stream
+        cut off before it ends is not journaled, so the step calls again when re-executed.
+        `timeout` and `retry` as for `call`, over the whole stream."""
+        name = callable_name(fn)
+        idx, rec = self._next(name)
+        obs = self._obs
+        if rec is not None:
+            value = serde.loads(rec.result)
+            if obs is not None:
+                now = time.time()
+                obs.call(self.step, name, True, now, now)
+            if self._sink is not None:
+                self._sink(self.thread_id, {"type": "replayed", "step": self.step, "call": idx,
+                                            "name": name, "data": llm.chunk_json(value)})
+            return value
+        started = time.time() if obs is not None else 0.0
+        sink, thread_id, step = self._sink, self.thread_id, self.step
+
+        def forward(chunk: Any) -> None:
+            if sink is not None:
+                sink(thread_id, {"type": "stream", "step": step, "call": idx,
+                                 "data": llm.chunk_json(chunk)})
+
+        value = await calls.attempts(lambda: calls.stream(fn, args, kwargs, forward, assemble),
+                                     name, timeout, retry, self._on_retry(idx, name))
+        data, decoded = self._encode(idx, name, value)
+        await self._store.record_call(self._lease, self.step, idx, name, data)
+        if obs is not None:
+            obs.call(self.step, name, False, started, time.time())
+        return decoded
+
+    async def cpu_call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run the sync, picklable `fn(*args, **kwargs)` in the worker's process pool
+        (`tether worker --cpu-workers N`), once per step, durably (journaled as `call`), so
+        CPU-bound work (tokenizing, embedding, parsing) does not stall the other runs sharing
+        the event loop. Arguments and result cross a process boundary (pickled)."""
+        name = callable_name(fn)
+        idx, rec = self._next(name)
+        obs = self._obs
+        if rec is not None:
+            if obs is not None:
+                now = time.time()
+                obs.call(self.step, name, True, now, now)
+            replayed: T = serde.loads(rec.result)
+            return replayed
+        started = time.time() if obs is not None else 0.0
+        value = await calls.in_process(self._cpu, fn, args, kwargs, name)
+        data, decoded = self._encode(idx, name, value)
+        await self._store.record_call(self._lease, self.step, idx, name, data)
+        if obs is not None:
+            obs.call(self.step, name, False, started, time.time())
+        return decoded  # type: ignore[no-any-return]
+
+    def _encode(self, idx: int, name: str, value: Any) -> tuple[bytes, Any]:
+        """(journal bytes, the result as a replay reads it), with its token usage if any."""
+        data, decoded = serde.encode(value, f"result of call #{idx} to {name}", typed=True)
+        if type(decoded) not in _NO_USAGE:
+            usage = llm.usage_of(decoded)
+            if usage is not None:
+                data = serde.with_usage(data, usage)
+        return data, decoded
+
+    def _on_retry(self, idx: int, name: str) -> calls.OnRetry:
+        def on_retry(failures: int, delay: float, exc: BaseException) -> None:
+            if self._sink is not None:
+                failure = llm.provider_failure(exc)
+                self._sink(self.thread_id, {
+                    "type": "call_retry", "step": self.step, "call": idx, "name": name,
+                    "failures": failures, "delay": delay,
+                    "category": "llm_provider" if failure is not None else "exception",
+                    "error": f"{type(exc).__name__}: {exc}"})
+        return on_retry
 
     def interrupt(self, payload: Any = None) -> Any:
         """Ask a person for input. The first time this is reached the run parks as `waiting`

@@ -14,6 +14,7 @@ from .errors import (
     SerializationError,
     StoreError,
 )
+from .llm import provider_failure
 
 
 class FailureCategory(StrEnum):
@@ -26,6 +27,7 @@ class FailureCategory(StrEnum):
     TIMEOUT = "timeout"                # the node raised TimeoutError (a deadline of its own)
     NONDETERMINISM = "nondeterminism"  # replay diverged from the journal
     SERIALIZATION = "serialization"    # an update or result was not serializable
+    LLM_PROVIDER = "llm_provider"      # a provider's failure (tether.llm): rate limit, 5xx, 4xx...
     DEFINITION = "definition"          # unknown node / bad command returned / unknown recipient
     LEASE_LOST = "lease_lost"          # another worker took the run over (fenced out)
     STORE_UNAVAILABLE = "store_unavailable"  # the database failed; the run is given back
@@ -40,10 +42,13 @@ def categorize(exc: BaseException) -> FailureCategory:
         ((DefinitionError, RunNotFound), FailureCategory.DEFINITION),
         (LeaseLost, FailureCategory.LEASE_LOST),
         (StoreError, FailureCategory.STORE_UNAVAILABLE),
-        (TimeoutError, FailureCategory.TIMEOUT),
     ):
         if isinstance(exc, types):
             return category
+    if provider_failure(exc) is not None:  # before TimeoutError: a CallTimeout is one too
+        return FailureCategory.LLM_PROVIDER
+    if isinstance(exc, TimeoutError):
+        return FailureCategory.TIMEOUT
     return FailureCategory.EXCEPTION
 
 

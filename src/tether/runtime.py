@@ -31,6 +31,7 @@ from .errors import (
 )
 from .history import load_state
 from .hub import EventHub
+from .llm import add_usage
 from .outbox import EffectHandler
 from .records import (
     checkpoint_of,
@@ -91,12 +92,13 @@ class Runtime:
         lease_ttl: float | None = None,
         poll_interval: float | None = None,
         snapshot_every: int | None = None,
+        cpu_workers: int | None = None,
         store: Store | None = None,
         retention: Policy | Mapping[str, Any] | None = None,
     ) -> None:
         self.settings = Settings.from_env(
             db=db_url, lease_ttl=lease_ttl, poll_interval=poll_interval,
-            snapshot_every=snapshot_every,
+            snapshot_every=snapshot_every, cpu_workers=cpu_workers,
         )
         self.store: Store = store if store is not None else make_store(self.settings.db)
         self.registry = Registry(version, self.store.dialect, agents)
@@ -146,6 +148,7 @@ class Runtime:
             lease_ttl=lease_ttl if lease_ttl is not None else self.settings.lease_ttl,
             poll_interval=self.settings.poll_interval,
             snapshot_every=self.settings.snapshot_every,
+            cpu_workers=self.settings.cpu_workers,
         )
         other.registry = self.registry.copy(other.store.dialect)
         other.retention = self.retention
@@ -310,7 +313,15 @@ class Runtime:
         rec = await self._record(thread_id)
         run = await self._with_state(rec)
         depth = await self.store.inbox_depth(thread_id)
-        return dataclasses.replace(run, inbox_depth=depth)
+        return dataclasses.replace(run, inbox_depth=depth, usage=await self.usage(thread_id))
+
+    async def usage(self, thread_id: str) -> dict[str, int]:
+        """The LLM token usage of the run's journaled calls, summed (Run.usage)."""
+        await self.open()
+        total: dict[str, int] = {}
+        for record in await self.store.journal_usage(thread_id, serde.USAGE_PREFIX):
+            add_usage(total, serde.usage_in(record) or {})
+        return total
 
     async def peek(self, thread_id: str) -> Run:
         """The run's row alone, without its state or inbox depth: one cheap read (for
@@ -448,19 +459,23 @@ class Runtime:
         out: list[Checkpoint] = []
         for cp in rows:
             state = apply(state, cp.kind, cp.data)
-            out.append(checkpoint_of(cp, serde.loads(serde.dumps(state))))
+            # A copy per checkpoint (typed: it may hold an Agent(typed_state=True)'s values).
+            out.append(checkpoint_of(cp, serde.loads(serde.dumps(state, typed=True))))
         return out
 
     async def work(self, concurrency: int | None = None, *, stop: asyncio.Event | None = None,
-                   tune: bool = False) -> None:
+                   tune: bool = False, cpu_workers: int | None = None) -> None:
         """Run a worker in this process until `stop` is set, SIGTERM handling aside (the CLI
         installs it), or the task is cancelled. `tune=True` also sets the interpreter up for
         thousands of steps in flight while it runs (the collector and the GIL's switch
         interval, see tether.tuning), as `tether worker` does; off by default, so a library
-        user's interpreter stays as they set it."""
+        user's interpreter stays as they set it. `cpu_workers`: processes of the pool that
+        runs ctx.cpu_call (default: the runtime's setting, else one per CPU)."""
         await self.open()
         n = concurrency or self.settings.concurrency
-        worker = Worker(self.store, self.registry, self.hub, self.settings, concurrency=n)
+        settings = self.settings if cpu_workers is None else dataclasses.replace(
+            self.settings, cpu_workers=cpu_workers)
+        worker = Worker(self.store, self.registry, self.hub, settings, concurrency=n)
         self._workers.append(worker)
         policy = self.retention
         try:
@@ -560,7 +575,7 @@ class Runtime:
             raise InvalidState(f"step {step} of run {thread_id!r} finished the run; fork an "
                                "earlier step")
         state = (await load_state(self.store, rec, upto=step))[0] if step else serde.loads(rec.input)
-        data = serde.dumps(state, "state")
+        data = serde.dumps(state, "state", typed=agent.typed_state)
         new = NewRun(
             thread_id=new_thread_id or uuid.uuid4().hex, agent=rec.agent, version=self.version,
             node=node, input=data, input_hash=serde.digest(rec.agent.encode() + b"\0" + data),

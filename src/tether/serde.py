@@ -18,6 +18,7 @@ a documented and stable form (docs/reference.md, "Journal encoding"):
     {"__tether__": "bytes", "v": "base64"}
     {"__tether__": "dict", "v": {...}}   a user's dict that itself has the key "__tether__"
     {"__tether__": "json", "v": ...}     JSON holding tagged values somewhere inside
+    {"__tether__": "call", "usage": {...}, "v": ...}   a journaled result and its token usage
 
 A stored document holds tagged objects only if it is one itself (it starts with the bytes
 `{"__tether__"`), so a reader tells plain JSON from tagged by its first bytes; inside a tagged
@@ -40,10 +41,13 @@ from . import _typed
 from ._typed import MARK, MARK_BYTES, PREFIX, PREFIX_TEXT, Bad, revive, tag
 from .errors import SerializationError
 
-__all__ = ["MARK", "digest", "dumps", "encode", "loads"]
+__all__ = ["MARK", "USAGE_PREFIX", "digest", "dumps", "encode", "loads", "usage_in", "with_usage"]
 
 # Types orjson would silently turn into something else (datetime -> str, dataclass -> dict,
 # str/int subclasses -> their base) are passed to `_refuse` instead, which raises.
+USAGE_PREFIX = b'{"__tether__":"call","usage":'
+"""How a journal record that carries its call's token usage begins (see `with_usage`)."""
+
 _OPTS = (orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
          | orjson.OPT_PASSTHROUGH_SUBCLASS)
 
@@ -103,6 +107,24 @@ def _encode_tagged(value: Any, what: str, typed: bool) -> tuple[bytes, Any]:
     return data, decoded
 
 
+def with_usage(data: bytes, usage: dict[str, int]) -> bytes:
+    """A journal record of `data` (encoded by `encode`) with the token usage its call
+    reported: {"__tether__": "call", "usage": {...}, "v": <data>}, read back as `data` is."""
+    if not data.startswith(PREFIX) and MARK_BYTES in data:
+        # Plain JSON holding a dict keyed "__tether__" deeper down: inside a tagged document
+        # that dict would read as a tag, so escape it (tag() escapes every such dict).
+        data = orjson.dumps(tag(orjson.loads(data), False))
+    return USAGE_PREFIX + orjson.dumps(usage) + b',"v":' + data + b"}"
+
+
+def usage_in(record: bytes) -> dict[str, int] | None:
+    """The usage `with_usage` put in a journal record, if any."""
+    if not record.startswith(USAGE_PREFIX):
+        return None
+    usage: dict[str, int] = orjson.loads(record)["usage"]
+    return usage
+
+
 def _error(path: str, bad: Any, why: str, typed: bool) -> SerializationError:
     kinds = ("JSON types (dict with str keys, list, str, int, finite float, bool, None)")
     if typed:
@@ -143,6 +165,13 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
     if isinstance(data, str):
         return revive(value) if data.startswith(PREFIX_TEXT) else value
     return revive(value) if bytes(data[:len(PREFIX)]) == PREFIX else value
+
+
+def display(value: Any, option: int = 0) -> bytes:
+    """JSON of `value` for people and other programs (the CLI's output): typed values in
+    their plain JSON form (a model's model_dump(mode="json"), a datetime's isoformat, a
+    Decimal as a string, bytes as base64, ...). Not read back: `dumps` is the stored form."""
+    return orjson.dumps(value, default=_typed.plain_json, option=option)
 
 
 def digest(data: bytes) -> str:

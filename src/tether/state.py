@@ -66,16 +66,18 @@ def delta_of(state: State, update: Mapping[str, Any] | None) -> dict[str, Any]:
     return delta
 
 
-def encode_delta(delta: Mapping[str, Any], node: str) -> tuple[bytes, dict[str, Any]]:
-    """(stored bytes, the delta as a replay will read it)."""
+def encode_delta(delta: Mapping[str, Any], node: str, typed: bool = False
+                 ) -> tuple[bytes, dict[str, Any]]:
+    """(stored bytes, the delta as a replay will read it). `typed`: the agent's state may
+    hold typed values (Agent(typed_state=True))."""
     try:
-        data, decoded = serde.encode(delta, "update")
+        data, decoded = serde.encode(delta, "update", typed=typed)
         return data, decoded
     except SerializationError:
         pass
     # Name the key as the user wrote it, not the delta's internal layout.
     plain = {**delta.get("s", {}), **delta.get("a", {})}
-    serde.dumps(plain, f"update from node {node!r}, key")
+    serde.dumps(plain, f"update from node {node!r}, key", typed=typed)
     raise SerializationError(f"update from node {node!r} is not serializable")
 
 

@@ -67,6 +67,10 @@ class Run:
     waiting_for: str | None = None
     inbox_depth: int | None = None
     """Unconsumed messages (filled in by runtime.get)."""
+    usage: dict[str, int] | None = None
+    """LLM token usage summed over the run's journaled calls ({"input_tokens",
+    "output_tokens", ...}; each call counted once, however often its step re-ran); filled in
+    by runtime.get, {} when no call reported any."""
     created: bool = False
     """True on the Run that runtime.start returned when that call created the run (False when
     it found the run already there: the same idempotency key or thread_id and input)."""

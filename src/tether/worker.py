@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 import os
 import socket
 import time
 import traceback
 import uuid
+from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 
 from . import serde
 from .agent import Agent, Command
+from .calls import retry_delay
 from .config import Settings
 from .context import Context, Message, Suspend
 from .errors import DefinitionError, LeaseLost, StoreError
@@ -81,6 +84,7 @@ class Worker:
         self._stopping = False
         self._tg: asyncio.TaskGroup | None = None
         self._reserved = 0  # slots promised to runs being started in this process
+        self._cpu_pool: ProcessPoolExecutor | None = None  # made by the first ctx.cpu_call
         self.dispatcher = Dispatcher(
             store, registry.effect_handlers, self.id, lease_ttl=self.settings.lease_ttl,
             poll_interval=self.settings.poll_interval)
@@ -167,6 +171,9 @@ class Worker:
                 self.dispatcher.stop()
                 await self._drain()
                 self._tg = None
+                if self._cpu_pool is not None:
+                    pool, self._cpu_pool = self._cpu_pool, None
+                    await asyncio.to_thread(pool.shutdown, True, cancel_futures=True)
                 heartbeat.cancel()
                 dispatch.cancel()
                 if watcher is not None:
@@ -292,7 +299,7 @@ class Worker:
                                   step=step, attempt=attempt, journal=journal, sink=hub.emit,
                                   effect_handlers=registry.effect_handlers, inbox=inbox,
                                   agents=registry.agents, version=registry.version,
-                                  observer=obs)
+                                  observer=obs, cpu=self._cpu)
                     if inbox:
                         hub.emit(rec.thread_id, {"type": "processing", "step": step,
                                                      "inbox": len(inbox)})
@@ -306,12 +313,12 @@ class Worker:
                     next_node = _check_command(agent, node_name, cmd)
                     parks = cmd.kind == "receive"
                     delta = delta_of(state, cmd.update)
-                    data, decoded = encode_delta(delta, node_name)
+                    data, decoded = encode_delta(delta, node_name, agent.typed_state)
                     # The next step sees exactly what a replay from the log would see.
                     apply_delta(state, decoded)
                     kind = "d"
                     if since_snapshot + 1 >= snapshot_every:
-                        kind, data = "s", serde.dumps(state, "state")
+                        kind, data = "s", serde.dumps(state, "state", typed=agent.typed_state)
                         since_snapshot = 0
                     else:
                         since_snapshot += 1
@@ -397,6 +404,18 @@ class Worker:
             self.hub.emit(lease.thread_id, {"type": "sleeping", "step": step,
                                                 "node": node_name, "seconds": park.seconds})
 
+    def _cpu(self) -> Executor:
+        """The worker's process pool for ctx.cpu_call (settings.cpu_workers processes, or one
+        per CPU), made when first needed: a worker that never offloads starts no process.
+        Forkserver, not fork: a fork of this process would copy its threads' locks (the
+        store's writer, the pool's own) in whatever state they are."""
+        if self._cpu_pool is None:
+            methods = multiprocessing.get_all_start_methods()
+            context = multiprocessing.get_context("forkserver" if "forkserver" in methods else None)
+            self._cpu_pool = ProcessPoolExecutor(
+                max_workers=self.settings.cpu_workers or os.cpu_count() or 1, mp_context=context)
+        return self._cpu_pool
+
     def _forget(self, lease: Lease) -> None:
         """Stop tracking a lease that was released, parked or finished (if still current)."""
         if self._leases.get(lease.thread_id) is lease:
@@ -411,7 +430,9 @@ class Worker:
         if category not in FINAL_CATEGORIES:
             node = agent.nodes.get(node_name or "")
             policy = agent.retry_for(node) if node is not None else agent.retry
-            delay = policy.next_delay(failures, exc)
+            # A provider's request error (4xx) is never retried, its rate limits, timeouts
+            # and 5xx never sooner than their Retry-After (calls.retry_delay).
+            delay = retry_delay(policy, failures, exc)
         error = error_json(category, exc, failures)
         if obs is not None:
             obs.failed(step, node_name, attempt, started, category, exc, delay is None)
@@ -427,6 +448,9 @@ class Worker:
             return
         log.info("run %s: attempt %d of node %s failed (%r); retry in %.2fs",
                  lease.thread_id, failures, node_name, exc, delay)
+        self.hub.emit(lease.thread_id, {"type": "retrying", "category": category.value,
+                                        "failures": failures, "delay": delay,
+                                        "error": f"{type(exc).__name__}: {exc}"})
         wake_at = await self.store.now() + delay
         await self.store.fail_step(lease, failures=failures, wake_at=wake_at, error=error,
                                    final=False)

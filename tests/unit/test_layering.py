@@ -22,9 +22,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "tether.state", "tether.eventloop", "tether.tuning", "tether.extras",
                 "tether._typed", "tether.llm")),
     ("store", ("tether.store",)),
-    ("engine", ("tether.context", "tether.history", "tether.outbox", "tether.agent",
-                "tether.registry", "tether.hub", "tether.worker", "tether.retention",
-                "tether.records")),
+    ("engine", ("tether.calls", "tether.context", "tether.history", "tether.outbox",
+                "tether.agent", "tether.registry", "tether.hub", "tether.worker",
+                "tether.retention", "tether.records")),
     ("runtime", ("tether.runtime",)),
     ("api", ("tether",)),  # the package itself (only): the public names, re-exported
     ("apps", ("tether.__main__", "tether.service", "tether.cli", "tether.demo", "tether.bench",

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 import orjson
 
-from .. import eventloop
+from .. import eventloop, serde
 from ..config import default_db
 from ..errors import AppImportError, ConfigError, TetherError
 from ..runtime import Runtime
@@ -94,7 +94,7 @@ def run(main: Coroutine[Any, Any, int], verbose: bool = False) -> int:
 
 
 def dump(obj: Any) -> None:
-    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode() + "\n")
+    sys.stdout.write(serde.display(obj, orjson.OPT_INDENT_2).decode() + "\n")
 
 
 def console() -> Any:

@@ -8,6 +8,7 @@ from typing import Any
 import click
 import orjson
 
+from .. import serde
 from ..errors import ConfigError
 from ..runtime import Checkpoint, Interrupt, Run, RunStatus, Runtime
 from ._common import (
@@ -169,7 +170,9 @@ def _print_run(r: Run) -> None:
     if r.error:
         con.print(f"[red]error:[/red] {r.error}")
         con.print(r.error.traceback, markup=False, highlight=False)
-    con.print_json(orjson.dumps(r.state).decode())
+    if r.usage:
+        con.print("usage: " + " ".join(f"{k}={v}" for k, v in r.usage.items()), highlight=False)
+    con.print_json(serde.display(r.state).decode())
 
 
 @runs.command("resume", help="answer a run's pending interrupt (exactly once)")

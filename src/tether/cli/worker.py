@@ -33,9 +33,12 @@ from ._root import cli
 @click.option("--prune-every", metavar="DURATION", default=None,
               help="apply the app's retention policy (Runtime(retention=...)) this often, "
               "e.g. 1h")
+@click.option("--cpu-workers", type=POSITIVE_INT, default=None,
+              help="processes that run ctx.cpu_call (default $TETHER_CPU_WORKERS, else one per CPU)")
 @connection_options
 def worker(concurrency: int, lease_ttl: float | None, metrics_port: int | None,
-           log_format: str, prune_every: str | None, db: str | None, app: str | None,
+           log_format: str, prune_every: str | None, cpu_workers: int | None, db: str | None,
+           app: str | None,
            verbose: bool) -> int:
     async def main() -> int:
         from .. import observe
@@ -72,7 +75,8 @@ def worker(concurrency: int, lease_ttl: float | None, metrics_port: int | None,
                   + (f" prune_every={rt.retention.every:g}s"
                      if rt.retention is not None and rt.retention.every else ""), flush=True)
             try:
-                await rt.work(concurrency=concurrency, stop=stop, tune=True)
+                await rt.work(concurrency=concurrency, stop=stop, tune=True,
+                              cpu_workers=cpu_workers)
             finally:
                 await rt.close()
         finally:

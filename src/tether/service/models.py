@@ -120,6 +120,9 @@ class RunSummary(BaseModel):
     actor_state: str | None = Field(
         None, description="For actors: idle (parked for mail) or processing")
     inbox_depth: int | None = Field(None, description="Unconsumed messages (single-run reads)")
+    usage: dict[str, int] | None = Field(
+        None, description="LLM token usage summed over the run's journaled calls, each counted "
+                          "once (input_tokens, output_tokens, ...; single-run reads)")
 
     @classmethod
     def of(cls, run: Run) -> RunSummary:

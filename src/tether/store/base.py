@@ -356,6 +356,9 @@ class Store(Protocol):
 
     async def load_journal(self, thread_id: str, step: int) -> list[JournalRecord]: ...
 
+    async def journal_usage(self, thread_id: str, prefix: bytes) -> list[bytes]:
+        """The run's journaled results (every step) whose bytes begin with `prefix`."""
+
     def commit_step(self, commit: StepCommit) -> Awaitable[RunRecord | None]:
         """Append the checkpoint, move the run, and write the step's effects (performing the
         transactional ones), atomically, fenced by the lease epoch. Raises LeaseLost (and

@@ -305,6 +305,11 @@ class PostgresStore:
             self._q["load_journal"], {"thread_id": thread_id, "step": step})
         return [JournalRecord(r[0], r[1], r[2]) for r in rows]
 
+    async def journal_usage(self, thread_id: str, prefix: bytes) -> list[bytes]:
+        rows = await self._conns.read(
+            self._q["journal_usage"], {"thread_id": thread_id, "prefix": prefix})
+        return [bytes(r[0]) for r in rows]
+
     async def commit_step(self, commit: StepCommit) -> RunRecord | None:
         kind = step_kind(commit)
         if kind is FULL:

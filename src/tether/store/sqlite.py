@@ -246,6 +246,12 @@ class SQLiteStore:
         rows = await self._r(lambda c: c.execute(q, {"thread_id": thread_id, "step": step}).fetchall())
         return [JournalRecord(r[0], r[1], r[2]) for r in rows]
 
+    async def journal_usage(self, thread_id: str, prefix: bytes) -> list[bytes]:
+        q = self._q["journal_usage"]
+        rows = await self._r(lambda c: c.execute(
+            q, {"thread_id": thread_id, "prefix": prefix}).fetchall())
+        return [bytes(r[0]) for r in rows]
+
     def commit_step(self, commit: StepCommit) -> Awaitable[RunRecord | None]:
         lease = commit.lease
         cp = (lease.thread_id, commit.step, commit.node, commit.next_node, commit.kind,

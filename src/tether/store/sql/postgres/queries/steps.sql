@@ -18,6 +18,12 @@ SELECT idx, name, result FROM journal
 WHERE thread_id = %(thread_id)s AND step = %(step)s
 ORDER BY idx;
 
+-- name: journal_usage
+-- The run's journaled results that carry their call's token usage (serde.with_usage: they
+-- begin with %(prefix)s); one row per call, so a sum over them counts each call once.
+SELECT result FROM journal
+WHERE thread_id = %(thread_id)s AND substring(result FROM 1 FOR length(%(prefix)s)) = %(prefix)s;
+
 -- name: commit_step
 -- The hot path, one statement: moves the run past the step (or finishes a run that has no
 -- parent to wake) and appends its checkpoint, fenced by the epoch. One row back, (thread_id,

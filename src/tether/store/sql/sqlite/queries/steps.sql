@@ -11,6 +11,12 @@ WHERE EXISTS (SELECT 1 FROM runs WHERE thread_id = ?1 AND epoch = ?6 AND status 
 -- name: load_journal
 SELECT idx, name, result FROM journal WHERE thread_id = :thread_id AND step = :step ORDER BY idx;
 
+-- name: journal_usage
+-- The run's journaled results that carry their call's token usage (serde.with_usage: they
+-- begin with :prefix); one row per call, so a sum over them counts each call once.
+SELECT result FROM journal
+WHERE thread_id = :thread_id AND substr(result, 1, length(:prefix)) = :prefix;
+
 -- name: commit_run
 -- Moves the run past a committed step, fenced by the epoch; returns the run as it is now
 -- (no row = lease lost).
