@@ -575,7 +575,7 @@ class Runtime:
             raise InvalidState(f"step {step} of run {thread_id!r} finished the run; fork an "
                                "earlier step")
         state = (await load_state(self.store, rec, upto=step))[0] if step else serde.loads(rec.input)
-        data = serde.dumps(state, "state", typed=agent.typed_state)
+        data = serde.dumps(state, "state", typed=self.agent(rec.agent).typed_state)
         new = NewRun(
             thread_id=new_thread_id or uuid.uuid4().hex, agent=rec.agent, version=self.version,
             node=node, input=data, input_hash=serde.digest(rec.agent.encode() + b"\0" + data),
