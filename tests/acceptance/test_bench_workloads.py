@@ -82,3 +82,16 @@ def test_bench_runs_a_workload_and_prints_the_table() -> None:
     results = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert {r["metric"] for r in results} >= {"single_full_rows_per_s", "peak_rss_mib"}
     assert "tether benchmarks" in proc.stdout and "done sqlite L" in proc.stderr
+
+
+async def test_c_cpu_offload_tiny() -> None:
+    """C at a tiny size on SQLite: CPU-bound steps on the loop stall the I/O-bound runs beside
+    them; offloaded to the worker's process pool (ctx.cpu_call) they do not, as much."""
+    from tether.bench.cpu import cpu_offload
+
+    got = {r.metric: r.value for r in await cpu_offload("sqlite", runs=50, cpu_runs=4,
+                                                        burn_ms=100, cpu_workers=1)}
+    assert got["cpu_workers"] == 1
+    # Inline, 4 runs x 5 steps x 100 ms = 2 s of the loop's time against an ideal of <= 0.75 s.
+    assert got["w2_wall_over_ideal_cpu_inline"] > got["w2_wall_over_ideal_cpu_offloaded"]
+    assert got["w2_wall_over_ideal_cpu_inline"] > 2.5

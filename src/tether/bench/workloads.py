@@ -10,6 +10,7 @@ M (the megaagent example) is not in the package: a checkout runs it with
     python -m tether.bench.workloads W5 sqlite 10000        # runs
     python -m tether.bench.workloads E postgres 10000       # effects
     python -m tether.bench.workloads L postgres 2.0         # seconds per measurement
+    python -m tether.bench.workloads C sqlite 1000 20 100 1 # W2 runs, CPU runs, ms, processes
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ USAGE = """usage: python -m tether.bench.workloads WORKLOAD BACKEND [ARGS...]
   W4 sqlite|postgres [jobs] [workers]
   W5 sqlite|postgres [runs]
   E  sqlite|postgres [effects]
-  L  sqlite|postgres [seconds]"""
+  L  sqlite|postgres [seconds]
+  C  sqlite|postgres [runs] [cpu_runs] [burn_ms] [cpu_workers]"""
 
 Workload = Callable[[str, list[str]], Coroutine[Any, Any, list[Result]]]
 
@@ -81,6 +83,11 @@ def workload_call(workload: str, backend: str, args: list[str]) -> Coroutine[Any
         from .limits import limits
 
         return limits(backend, arg(0, 2.0, float))
+    if workload == "C":
+        from .cpu import cpu_offload
+
+        return cpu_offload(backend, int(arg(0, 1000)), int(arg(1, 20)), arg(2, 100.0, float),
+                           int(arg(3, 0)))
     raise SystemExit(f"unknown workload {workload!r}\n{USAGE}")
 
 

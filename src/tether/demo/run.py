@@ -244,7 +244,8 @@ async def part_effect(box: Sandbox, progress: Progress) -> Outcome:
 
 
 async def part_async(box: Sandbox, progress: Progress) -> Outcome:
-    """500 and 10,000 concurrent simulated LLM calls: asyncio versus one thread per call."""
+    """500 and 10,000 concurrent simulated LLM calls: asyncio versus one thread per call; and
+    CPU-bound steps beside I/O-bound runs, inline versus offloaded with ctx.cpu_call."""
     rows: list[dict[str, Any]] = []
     variants = [(k, n) for n in (500, 10_000) for k in ("asyncio", "threads")]
     task = progress.add_task("async vs threads", total=len(variants))
@@ -259,6 +260,19 @@ async def part_async(box: Sandbox, progress: Progress) -> Outcome:
                f"({r['wall_s'] / r['ideal_s']:.1f}x ideal), peak RSS {r['peak_rss_mib']} MiB, "
                f"{r['kib_per_call']} KiB per live call, at most {r['max_alive']} alive, "
                f"virtual {r['virtual_peak_mib']:.0f} MiB" for r in rows]
+    # Separate the I/O layer from the CPU layer: 200 I/O-bound runs beside 10 runs whose
+    # steps burn 100 ms of CPU, inline on the loop versus ctx.cpu_call (bench workload C).
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tether.bench.workloads", "C", "sqlite", "200", "10", "100", "1",
+        stdout=asyncio.subprocess.PIPE, cwd=box.dir)
+    out, _ = await proc.communicate()
+    cpu = {json.loads(line)["metric"]: json.loads(line)["value"]
+           for line in out.decode().splitlines() if line.startswith("{")}
+    if cpu:
+        details.append(
+            "CPU work beside 200 I/O-bound runs, their wall/ideal: alone "
+            f"{cpu['w2_wall_over_ideal_alone']}x, CPU inline {cpu['w2_wall_over_ideal_cpu_inline']}x,"
+            f" offloaded with ctx.cpu_call {cpu['w2_wall_over_ideal_cpu_offloaded']}x")
     big = {r["variant"]: r for r in rows if r["n"] == 10_000}
     return Outcome("async", True,
                    f"10,000 calls: asyncio {big['asyncio']['wall_s']:.2f}s, "
