@@ -9,6 +9,7 @@ from __future__ import annotations
 from .agent import Agent, Command, finish, goto, receive
 from .config import Settings
 from .context import ADMIN_CHANNEL, Context, Message
+from .deploy import Deployment, Upgrade, WorkerInfo
 from .errors import (
     AppImportError,
     ConfigError,
@@ -46,6 +47,7 @@ __all__ = [
     "ConfigError",
     "Context",
     "DefinitionError",
+    "Deployment",
     "DuplicateEffectKey",
     "Effect",
     "EffectError",
@@ -71,6 +73,8 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "TetherError",
+    "Upgrade",
+    "WorkerInfo",
     "__version__",
     "append",
     "finish",

@@ -12,14 +12,16 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from . import serde
+from . import deploy, serde
 from .agent import Agent
 from .config import Settings
 from .context import Message
+from .deploy import Deployment, Routes, Upgrade, WorkerInfo
 from .errors import (
     ConfigError,
     DefinitionError,
@@ -68,6 +70,9 @@ from .worker import Worker
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("tether.runtime")
+ROUTES_TTL = 1.0
+"""Seconds a runtime routes new runs by the weight table it read last: a route() made in
+another process takes effect here within this time (at once in the process that made it)."""
 
 __all__ = ["Checkpoint", "Effect", "Interrupt", "Run", "RunError", "RunStatus", "Runtime",
            "run_error"]
@@ -108,6 +113,9 @@ class Runtime:
         self._workers: list[Worker] = []
         self.retention = standing(retention)
         """The standing retention policy its workers apply (`Policy.every` seconds apart)."""
+        self._routes = Routes()
+        self._routes_read = -ROUTES_TTL
+        self._routes_lock = asyncio.Lock()
 
     def __repr__(self) -> str:
         return f"Runtime({self.store.url!r}, version={self.version!r}, agents={list(self.agents)})"
@@ -254,9 +262,12 @@ class Runtime:
         input: Mapping[str, Any] | None = None,
         thread_id: str | None = None,
         idempotency_key: str | None = None,
+        version: str | None = None,
     ) -> Run:
         """Create a queued run (the worker picks it up). The same idempotency key, or the same
-        thread_id with the same input, returns the existing run; other input is RunConflict."""
+        thread_id with the same input, returns the existing run; other input is RunConflict.
+        The run's version: `version` if given, else the deployment weights' choice for its
+        thread_id (the same in every process), else this runtime's own version."""
         a = self.agent(agent)
         if input is None:
             input = {}
@@ -271,11 +282,22 @@ class Runtime:
                                             or "\x00" in idempotency_key):
             raise DefinitionError("idempotency_key must be a string without NUL")
         await self.open()
+        thread_id = thread_id or uuid.uuid4().hex
+        routes = await self._current_routes()
+        node = a.start_node()
+        if version is None:
+            version = routes.choose(thread_id, self.version, a.name)
+        else:
+            deploy.known_version(version, routes, self.version)
+        if version in routes.retired:
+            raise InvalidState(f"version {version!r} is retired; it takes no new runs")
+        if version != self.version:
+            node = routes.start_node(version, a.name) or node
         new = NewRun(
-            thread_id=thread_id or uuid.uuid4().hex,
+            thread_id=thread_id,
             agent=a.name,
-            version=self.version,
-            node=a.start_node(),
+            version=version,
+            node=node,
             input=data,
             input_hash=serde.digest(a.name.encode() + b"\0" + data),
             idempotency_key=idempotency_key,
@@ -293,7 +315,8 @@ class Runtime:
         """Insert the run (or find it there); when a worker of this process has a free slot,
         insert it leased to that worker and hand it over (no claim round trip, no wake-up of
         other workers)."""
-        worker = next((w for w in self._workers if w.reserve()), None)
+        worker = (next((w for w in self._workers if w.reserve()), None)
+                  if new.version == self.version else None)
         if worker is None:
             return await self.store.create_run(new)
         try:
@@ -588,6 +611,97 @@ class Runtime:
         """Live events of a run produced in this process: steps committed, interrupted,
         resumed, completed, failed, and `ctx.stream` events. Ends when the run is terminal."""
         return self.hub.subscribe(thread_id)
+
+    # -- rainbow deploys --------------------------------------------------------------------
+
+    async def _current_routes(self) -> Routes:
+        """The weight table and the versions' agents, read again once ROUTES_TTL passed
+        (one read for all the starts waiting on it)."""
+        if time.monotonic() - self._routes_read < ROUTES_TTL:
+            return self._routes
+        async with self._routes_lock:
+            if time.monotonic() - self._routes_read >= ROUTES_TTL:
+                await self._read_routes()
+        return self._routes
+
+    async def _read_routes(self) -> Routes:
+        await self.open()
+        self._routes = await deploy.load_routes(self.store)
+        self._routes_read = time.monotonic()
+        return self._routes
+
+    async def workers(self) -> list[WorkerInfo]:
+        """The registered workers (those that stopped cleanly deregistered); `alive` is
+        False for one without a heartbeat for longer than its lease TTL."""
+        await self.open()
+        return await deploy.workers(self.store)
+
+    async def deployments(self) -> list[Deployment]:
+        """Every version with a weight, open runs or a live worker: its weight, state, live
+        workers, open runs by status, oldest open run and stranded runs."""
+        await self.open()
+        return await deploy.deployments(self.store, self.settings.lease_ttl)
+
+    async def _deployment(self, version: str) -> Deployment:
+        found = [d for d in await self.deployments() if d.version == version]
+        return found[0] if found else Deployment(version, 0, "drained", 0)
+
+    async def route(self, weights: Mapping[str, int]) -> list[Deployment]:
+        """Set the whole weight table ({"v1": 90, "v2": 10}): a version not named gets 0.
+        Weights are integers >= 0 summing to more than 0, of versions a worker registered
+        (or this runtime's own). New runs only: a run stays on the version it started on."""
+        table = deploy.check_weights(weights, await self._read_routes(), self.version)
+        await self.store.set_weights(table, replace=True)
+        await self._read_routes()
+        return await self.deployments()
+
+    async def drain(self, version: str) -> Deployment:
+        """Weight 0 for `version`: no new run goes to it; its open runs finish on it."""
+        routes = await self._read_routes()
+        deploy.known_version(version, routes, self.version)
+        if version in routes.retired:
+            raise InvalidState(f"version {version!r} is already retired")
+        if not [v for v, _ in routes.weights if v != version]:
+            raise InvalidState(
+                f"draining {version!r} would leave no version for new runs: route them to "
+                f"another first (e.g. `tether deploy route {version}=0 v2=100`)")
+        await self.store.set_weights([(version, 0)], replace=False)
+        await self._read_routes()
+        return await self._deployment(version)
+
+    async def retire(self, version: str) -> Deployment:
+        """Retire a drained version (no open run left): it never takes a run again.
+        Refused, naming its open runs, while it has any."""
+        routes = await self._read_routes()
+        deploy.known_version(version, routes, self.version)
+        weight = dict(routes.weights).get(version, 0)
+        if weight > 0:
+            raise InvalidState(f"version {version!r} still has weight {weight}: drain it "
+                               f"first (`tether deploy drain {version} --wait`)")
+        left = await self.store.retire_version(version)
+        if left:
+            more = " and more" if len(left) >= 20 else ""
+            raise InvalidState(
+                f"version {version!r} still has open runs: {', '.join(left)}{more}; wait "
+                f"for them (`tether deploy drain {version} --wait`) or move the parked ones "
+                "(`tether runs upgrade`)")
+        await self._read_routes()
+        return await self._deployment(version)
+
+    async def upgrade(self, from_version: str, to_version: str, *,
+                      thread_ids: Sequence[str] | None = None, dry_run: bool = False,
+                      skip_refused: bool = False) -> Upgrade:
+        """Move parked runs (queued, waiting, sleeping: never a leased running run) of
+        `from_version` (or only `thread_ids`) to `to_version` without waking them, each
+        checked first: its agent and next node must exist in what `to_version`'s live
+        workers registered. All or nothing: if any is refused (listed with the reason),
+        nothing moves, unless `skip_refused`; `dry_run` only plans."""
+        routes = await self._read_routes()
+        deploy.known_version(from_version, routes, self.version, "from_version")
+        deploy.known_version(to_version, routes, self.version, "to_version")
+        ids = deploy.check_thread_ids(thread_ids)
+        return await deploy.upgrade(self.store, from_version, to_version, thread_ids=ids,
+                                    dry_run=dry_run, skip_refused=skip_refused)
 
     # -- internals -------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import uuid
 from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 
-from . import serde
+from . import deploy, serde
 from .agent import Agent, Command
 from .calls import retry_delay
 from .config import Settings
@@ -31,13 +31,25 @@ from .outbox import Dispatcher
 from .registry import Registry
 from .retry import FINAL_CATEGORIES, FailureCategory, categorize
 from .state import apply_delta, delta_of, encode_delta
-from .store.base import Lease, Park, RunRecord, StepCommit, Store
+from .store.base import Lease, Park, RunRecord, StepCommit, Store, WorkerBeat
 
 log = logging.getLogger("tether.worker")
+STRANDED_EVERY = 5.0
+"""Seconds between a worker's checks for stranded runs of other versions, at least (twice
+the lease TTL when that is longer)."""
 
 
 def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def agents_json(registry: Registry) -> str:
+    """The registry's agents and their node names, the start node first (as registered)."""
+    out = {}
+    for name, agent in registry.agents.items():
+        start = agent.start
+        out[name] = ([start] if start else []) + [n for n in agent.nodes if n != start]
+    return serde.dumps(out).decode()
 
 
 def error_json(category: FailureCategory, exc: BaseException, attempts: int = 1) -> bytes:
@@ -85,6 +97,7 @@ class Worker:
         self._tg: asyncio.TaskGroup | None = None
         self._reserved = 0  # slots promised to runs being started in this process
         self._cpu_pool: ProcessPoolExecutor | None = None  # made by the first ctx.cpu_call
+        self._agents_json = "{}"
         self.dispatcher = Dispatcher(
             store, registry.effect_handlers, self.id, lease_ttl=self.settings.lease_ttl,
             poll_interval=self.settings.poll_interval)
@@ -159,6 +172,44 @@ class Worker:
         log.info("worker %s stopped after %d steps", self.id, self.steps_committed)
 
     async def _run(self, stop: asyncio.Event | None) -> None:
+        self._agents_json = agents_json(self.registry)
+        await self._beat()  # registered before the first claim
+        try:
+            await self._serve(stop)
+        finally:
+            try:
+                await self.store.stop_worker(self.id)
+            except StoreError as exc:
+                log.warning("could not deregister worker %s (it shows as dead after %.1fs): "
+                            "%s", self.id, self.settings.lease_ttl, exc)
+
+    async def _beat(self) -> None:
+        """Register this worker or renew its registry row (one statement)."""
+        try:
+            await self.store.beat_worker(WorkerBeat(
+                id=self.id, host=socket.gethostname(), pid=os.getpid(),
+                version=self.registry.version, agents=self._agents_json,
+                concurrency=self.concurrency, busy=len(self._tasks),
+                lease_ttl=self.settings.lease_ttl))
+        except StoreError as exc:
+            log.warning("worker heartbeat failed: %s", exc)
+
+    async def _report_stranded(self) -> None:
+        """Say, once per interval, which other versions have runs nobody will resume."""
+        try:
+            found = await deploy.deployments(self.store, self.settings.lease_ttl)
+        except StoreError as exc:
+            log.warning("could not check for stranded runs: %s", exc)
+            return
+        for d in found:
+            if d.stranded and d.version != self.registry.version:
+                log.warning(
+                    "%d runs of version %s are stranded: no worker of %s has been seen for "
+                    "more than %.1fs; start one, or move the parked ones with `tether runs "
+                    "upgrade --from %s --to %s`", d.stranded, d.version, d.version,
+                    self.settings.lease_ttl, d.version, self.registry.version)
+
+    async def _serve(self, stop: asyncio.Event | None) -> None:
         async with asyncio.TaskGroup() as tg:
             self._tg = tg
             heartbeat = tg.create_task(self._heartbeat())
@@ -243,8 +294,14 @@ class Worker:
 
     async def _heartbeat(self) -> None:
         interval = self.settings.lease_ttl / 3
+        report_every = max(2 * self.settings.lease_ttl, STRANDED_EVERY)
+        reported = time.monotonic()
         while True:
             await asyncio.sleep(interval)
+            await self._beat()
+            if time.monotonic() - reported >= report_every:
+                reported = time.monotonic()
+                await self._report_stranded()
             try:
                 if self._orphans:
                     orphans = list(self._orphans.values())

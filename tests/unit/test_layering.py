@@ -23,13 +23,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "tether._typed", "tether.llm")),
     ("store", ("tether.store",)),
     ("engine", ("tether.calls", "tether.context", "tether.history", "tether.outbox",
-                "tether.agent", "tether.registry", "tether.hub", "tether.worker",
+                "tether.agent", "tether.registry", "tether.hub", "tether.deploy",
+                "tether.worker",
                 "tether.retention", "tether.records")),
     ("runtime", ("tether.runtime",)),
     ("api", ("tether",)),  # the package itself (only): the public names, re-exported
     ("apps", ("tether.__main__", "tether.service", "tether.cli", "tether.demo", "tether.bench",
-              "tether.testing", "tether.langgraph", "tether.advise", "tether.observe",
-              "tether.deploy")),
+              "tether.testing", "tether.langgraph", "tether.advise", "tether.observe")),
 ]
 
 

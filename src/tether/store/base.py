@@ -184,6 +184,61 @@ class EffectRecord:
     done_at: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerBeat:
+    """What a worker's heartbeat says about it (one upsert of its registry row)."""
+
+    id: str
+    host: str
+    pid: int
+    version: str
+    agents: str  # JSON {agent: [node names, the start node first]}
+    concurrency: int
+    busy: int
+    lease_ttl: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """A worker's registry row: its last heartbeat, and stopped_at once it stopped cleanly."""
+
+    id: str
+    host: str
+    pid: int
+    version: str
+    agents: str
+    concurrency: int
+    busy: int
+    lease_ttl: float
+    started_at: float
+    last_seen: float
+    stopped_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentRecord:
+    """A version's routing weight (and when it was retired, if it was)."""
+
+    version: str
+    weight: int
+    retired_at: float | None
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class OpenRuns:
+    """How many runs of `version` are open with `status`, and when the oldest was created."""
+
+    version: str
+    status: str
+    count: int
+    oldest: float
+
+
+PARKED = ("queued", "waiting", "sleeping")
+"""The statuses of a run no worker holds: upgrade may move it to another version."""
+
+
 COMPENSATION_STEP = 2_000_000_000
 """Compensations sort after every effect of their run (see add_compensations)."""
 
@@ -476,3 +531,50 @@ class Store(Protocol):
     @property
     def retention(self) -> Retention:
         """The retention operations (tether prune), a part of the store: see Retention."""
+
+    # -- deployments (rainbow deploys) ------------------------------------------------------
+    # Each write below is one transaction, so an audit row can join it.
+
+    async def beat_worker(self, beat: WorkerBeat) -> None:
+        """Register or renew the worker's row (last_seen = now, stopped_at cleared), and drop
+        rows of workers gone for more than a day; one statement per heartbeat, apart from
+        renew_leases."""
+
+    async def stop_worker(self, worker_id: str) -> None:
+        """A clean stop: the row gets stopped_at = last_seen = now (it no longer serves)."""
+
+    async def list_workers(self) -> list[WorkerRecord]:
+        """Every registry row (stopped and dead ones included), by version then id."""
+
+    async def list_deployments(self) -> list[DeploymentRecord]:
+        """The weight table, by version."""
+
+    async def set_weights(self, weights: Sequence[tuple[str, int]], *, replace: bool) -> None:
+        """Set these versions' weights; `replace`: every version not named gets weight 0.
+        One transaction."""
+
+    async def open_runs(self) -> list[OpenRuns]:
+        """Open runs (queued, running, waiting, sleeping) counted by version and status."""
+
+    async def stranded_runs(self, version: str, before: float) -> int:
+        """Open runs of `version` last updated before `before`."""
+
+    async def retire_version(self, version: str, limit: int = 20) -> list[str]:
+        """In one transaction: if `version` has open runs, return up to `limit` of their
+        thread_ids (oldest first) and change nothing; else mark it retired (weight 0) and
+        return []."""
+
+    async def move_runs(
+        self,
+        from_version: str,
+        to_version: str,
+        thread_ids: Sequence[str] | None,
+        decide: Callable[[list[RunRecord]], Sequence[str]],
+    ) -> list[RunRecord]:
+        """Upgrade, atomically: lock the candidate runs (those named, else every parked run of
+        `from_version`), hand them to `decide`, which returns the thread_ids to move (or
+        raises to change nothing), and set those runs' version to `to_version` if each is
+        still parked on `from_version` (else nothing moves: InvalidState). Moved runs keep
+        their status; queued and due ones are announced to `to_version`'s workers. Returns the
+        candidates as locked (before the move)."""
+

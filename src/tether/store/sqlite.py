@@ -15,23 +15,27 @@ from typing import Any, TypeVar, cast
 
 import orjson
 
-from ..errors import LeaseLost, RunConflict, RunNotFound, SchemaError
+from ..errors import InvalidState, LeaseLost, RunConflict, RunNotFound, SchemaError
 from .base import (
     COMPENSATION_STEP,
     INTERRUPT_CALL,
     SLEEP_CALL,
     TERMINAL,
     CheckpointRecord,
+    DeploymentRecord,
     EffectRecord,
     InterruptRecord,
     JournalRecord,
     Lease,
     MessageRecord,
     NewRun,
+    OpenRuns,
     Park,
     RunRecord,
     StatusCounts,
     StepCommit,
+    WorkerBeat,
+    WorkerRecord,
     finished_run,
     mail_refused,
     new_run_params,
@@ -569,3 +573,90 @@ class SQLiteStore:
     async def status_counts(self) -> StatusCounts:
         q = self._q["status_counts"]
         return StatusCounts.from_rows(await self._r(lambda c: c.execute(q).fetchall()))
+
+    # -- deployments -----------------------------------------------------------------------
+
+    async def beat_worker(self, beat: WorkerBeat) -> None:
+        q, params = self._q, {f: getattr(beat, f) for f in WorkerBeat.__dataclass_fields__}
+
+        def job(conn: sqlite3.Connection) -> None:
+            conn.execute(q["prune_workers"])
+            conn.execute(q["beat_worker"], params)
+
+        await self._w(job)
+
+    async def stop_worker(self, worker_id: str) -> None:
+        q = self._q["stop_worker"]
+        await self._w(lambda c: c.execute(q, {"id": worker_id}))
+
+    async def list_workers(self) -> list[WorkerRecord]:
+        q = self._q["list_workers"]
+        return [WorkerRecord(*r) for r in await self._r(lambda c: c.execute(q).fetchall())]
+
+    async def list_deployments(self) -> list[DeploymentRecord]:
+        q = self._q["list_deployments"]
+        return [DeploymentRecord(*r) for r in await self._r(lambda c: c.execute(q).fetchall())]
+
+    async def set_weights(self, weights: Sequence[tuple[str, int]], *, replace: bool) -> None:
+        q = self._q
+
+        def job(conn: sqlite3.Connection) -> None:
+            if replace:
+                conn.execute(q["clear_weights"])
+            conn.executemany(q["set_weight"], [{"version": v, "weight": w} for v, w in weights])
+
+        await self._w(job)
+
+    async def open_runs(self) -> list[OpenRuns]:
+        q = self._q["open_runs"]
+        return [OpenRuns(*r) for r in await self._r(lambda c: c.execute(q).fetchall())]
+
+    async def stranded_runs(self, version: str, before: float) -> int:
+        q, params = self._q["stranded_runs"], {"version": version, "before": before}
+        return int(await self._r(lambda c: c.execute(q, params).fetchone()[0]))
+
+    async def retire_version(self, version: str, limit: int = 20) -> list[str]:
+        q = self._q
+
+        def job(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(q["open_run_ids"], {"version": version, "limit": limit})
+            open_ids = [r[0] for r in rows.fetchall()]
+            if not open_ids:
+                conn.execute(q["retire_version"], {"version": version})
+            return open_ids
+
+        result: list[str] = await self._w(job)
+        return result
+
+    async def move_runs(
+        self,
+        from_version: str,
+        to_version: str,
+        thread_ids: Sequence[str] | None,
+        decide: Callable[[list[RunRecord]], Sequence[str]],
+    ) -> list[RunRecord]:
+        q = self._q
+
+        def job(conn: sqlite3.Connection) -> tuple[list[RunRecord], int]:
+            if thread_ids is None:
+                rows = conn.execute(q["parked_runs"], {"version": from_version}).fetchall()
+            else:
+                ids = orjson.dumps(list(thread_ids)).decode()
+                rows = conn.execute(q["runs_by_ids"], {"ids": ids}).fetchall()
+            found = [_run(r) for r in rows]
+            move = list(decide(found))
+            if move:
+                n = conn.execute(q["move_runs"], {
+                    "ids": orjson.dumps(move).decode(), "from_version": from_version,
+                    "to_version": to_version}).rowcount
+                if n != len(move):  # a named run is not parked on from_version
+                    raise InvalidState(
+                        f"only {n} of the {len(move)} runs to move are parked on "
+                        f"{from_version!r}; nothing moved")
+            return found, len(move)
+
+        found: list[RunRecord]
+        found, moved = await self._w(job)
+        if moved:
+            self.work_available.set()
+        return found

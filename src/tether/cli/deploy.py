@@ -1,0 +1,211 @@
+"""`tether deploy ...` (status, route, drain, retire) and `tether runs upgrade`: several
+versions side by side, weights for new runs, draining and retiring a version, and moving
+parked runs to another version."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import click
+
+from ..deploy import OPEN, Deployment
+from ..errors import ConfigError
+from ._common import POSITIVE_FLOAT, connection_options, console, dump, json_option, run, runtime_for
+from ._root import cli
+from .runs import runs
+
+# `deploy status --check` exits with this when a run is stranded (2 is an error of ours).
+STRANDED = 1
+
+
+@cli.group("deploy", help="versions side by side: status, route, drain, retire")
+def deploy() -> None:
+    pass
+
+
+def _age(then: float | None, now: float) -> str:
+    if then is None:
+        return ""
+    s = max(0.0, now - then)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s / size:.1f}{unit}"
+    return f"{s:.0f}s"
+
+
+def _table(found: list[Deployment]) -> None:
+    from rich.table import Table
+
+    now = time.time()
+    table = Table("version", "weight", "state", "workers", *OPEN, "oldest open", "stranded")
+    for d in found:
+        table.add_row(d.version, str(d.weight), d.state, str(d.workers),
+                      *(str(d.runs.get(s, 0)) for s in OPEN), _age(d.oldest_open, now),
+                      f"[bold red]{d.stranded}[/]" if d.stranded else "0")
+    console().print(table)
+
+
+@deploy.command("status", help="per version: weight, state, live workers, open runs, stranded")
+@click.option("--check", is_flag=True, help=f"exit {STRANDED} when a run is stranded")
+@connection_options
+@json_option
+def status(check: bool, db: str | None, app: str | None, verbose: bool, as_json: bool) -> int:
+    async def main() -> int:
+        rt = runtime_for(db, app)
+        try:
+            found = await rt.deployments()
+        finally:
+            await rt.close()
+        if as_json:
+            dump([d.as_dict() for d in found])
+        elif not found:
+            print("no versions: no weights set, no open runs, no live workers")
+        else:
+            _table(found)
+        stranded = sum(d.stranded for d in found)
+        if stranded and not as_json:
+            print(f"{stranded} runs are stranded: start a worker of their version, or move "
+                  "the parked ones with `tether runs upgrade --from OLD --to NEW`")
+        return STRANDED if check and stranded else 0
+
+    return run(main(), verbose)
+
+
+def _weights(pairs: tuple[str, ...]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for pair in pairs:
+        version, sep, weight = pair.partition("=")
+        if not sep or not version:
+            raise ConfigError(f"expected VERSION=WEIGHT (e.g. v1=90), got {pair!r}")
+        if version in out:
+            raise ConfigError(f"version {version!r} is named twice")
+        try:
+            out[version] = int(weight)
+        except ValueError:
+            raise ConfigError(f"weight of {version!r} must be an integer, got {weight!r}") from None
+    return out
+
+
+@deploy.command("route", help="set the weights of new runs, e.g. v1=90 v2=10 "
+                              "(versions not named get 0)")
+@click.argument("weights", nargs=-1, required=True, metavar="VERSION=WEIGHT...")
+@connection_options
+@json_option
+def route(weights: tuple[str, ...], db: str | None, app: str | None, verbose: bool,
+          as_json: bool) -> int:
+    async def main() -> int:
+        table = _weights(weights)
+        rt = runtime_for(db, app)
+        try:
+            found = await rt.route(table)
+        finally:
+            await rt.close()
+        if as_json:
+            dump([d.as_dict() for d in found])
+        else:
+            _table(found)
+        return 0
+
+    return run(main(), verbose)
+
+
+@deploy.command("drain", help="weight 0 for a version: its open runs finish on it, no new one "
+                              "lands on it")
+@click.argument("version")
+@click.option("--wait", "wait_", is_flag=True, help="show the runs left by status until drained")
+@click.option("--timeout", type=POSITIVE_FLOAT, help="with --wait: give up (exit 1) after this")
+@connection_options
+@json_option
+def drain(version: str, wait_: bool, timeout: float | None, db: str | None, app: str | None,
+          verbose: bool, as_json: bool) -> int:
+    async def main() -> int:
+        rt = runtime_for(db, app)
+        try:
+            d = await rt.drain(version)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while wait_ and d.state == "draining":
+                left = ", ".join(f"{s} {n}" for s, n in sorted(d.runs.items()))
+                if not as_json:
+                    print(f"{version}: draining, {d.open} open runs ({left})", flush=True)
+                if deadline is not None and time.monotonic() >= deadline:
+                    if not as_json:
+                        print(f"{version}: not drained after {timeout}s", flush=True)
+                    else:
+                        dump(d.as_dict())
+                    return 1
+                await asyncio.sleep(1.0)
+                d = next((x for x in await rt.deployments() if x.version == version), d)
+        finally:
+            await rt.close()
+        if as_json:
+            dump(d.as_dict())
+        else:
+            print(f"{version}: {d.state}, {d.open} open runs"
+                  + ("; retire it with `tether deploy retire " + version + "`"
+                     if d.state == "drained" else ""))
+        return 0
+
+    return run(main(), verbose)
+
+
+@deploy.command("retire", help="retire a drained version (refused while it has open runs)")
+@click.argument("version")
+@connection_options
+@json_option
+def retire(version: str, db: str | None, app: str | None, verbose: bool, as_json: bool) -> int:
+    async def main() -> int:
+        rt = runtime_for(db, app)
+        try:
+            d = await rt.retire(version)
+        finally:
+            await rt.close()
+        if as_json:
+            dump(d.as_dict())
+        else:
+            print(f"{version}: retired")
+        return 0
+
+    return run(main(), verbose)
+
+
+@runs.command("upgrade", help="move parked runs (queued, waiting, sleeping) to another version, "
+                              "checked first; all or nothing")
+@click.option("--from", "from_", required=True, metavar="VERSION", help="the version they are on")
+@click.option("--to", "to", required=True, metavar="VERSION", help="the version to move them to")
+@click.option("--thread", "threads", multiple=True, metavar="THREAD_ID",
+              help="only this run (repeatable; default: every parked run of --from)")
+@click.option("--dry-run", is_flag=True, help="show the plan, move nothing")
+@click.option("--skip-refused", is_flag=True,
+              help="move the runs that pass the check even if others are refused")
+@connection_options
+@json_option
+def upgrade(from_: str, to: str, threads: tuple[str, ...], dry_run: bool, skip_refused: bool,
+            db: str | None, app: str | None, verbose: bool, as_json: bool) -> int:
+    async def main() -> int:
+        rt = runtime_for(db, app)
+        try:
+            up = await rt.upgrade(from_, to, thread_ids=list(threads) or None, dry_run=dry_run,
+                                  skip_refused=skip_refused)
+        finally:
+            await rt.close()
+        if as_json:
+            dump(up.as_dict())
+            return 0 if up.applied or dry_run or not up.refused else 1
+        for t in up.planned:
+            print(f"{'would move' if not up.applied else 'moved'} {t} to {to}")
+        for t, why in up.refused:
+            print(f"refused {t}: {why}")
+        if up.applied:
+            print(f"{len(up.moved)} runs moved from {from_} to {to}")
+        elif dry_run:
+            print(f"dry run: {len(up.planned)} would move, {len(up.refused)} refused")
+        elif up.refused:
+            print(f"nothing moved: {len(up.refused)} runs refused (name the others with "
+                  "--thread, or pass --skip-refused)")
+            return 1
+        else:
+            print(f"no parked run of {from_} to move")
+        return 0
+
+    return run(main(), verbose)

@@ -1,0 +1,356 @@
+"""Rainbow deploys: several versions at once, routed by weight, drained, retired, upgraded.
+
+A run belongs to one version for its whole life (workers claim only their own version's
+runs) unless an operator moves it while it is parked (`upgrade`). A new run without an
+explicit version gets one from the weight table: the same thread_id and table give the same
+version in every process (`pick`: blake2b of the thread_id, never Python's salted hash()).
+With no positive weight set, a run goes to the starting runtime's own version.
+
+A version's state is derived, never stored: `retired` once retired, `active` with a weight
+above 0 (or while no weight is set at all and it serves or has open runs), else `draining`
+while it has open runs, then `drained`. A run is *stranded* when its version has had no
+worker heartbeat for longer than the lease TTL (a clean stop counts as its last heartbeat),
+and the run itself was last updated before that: nobody will ever resume it until a worker of
+its version starts, or the run is moved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import serde
+from .errors import DefinitionError, InvalidState
+from .store.base import PARKED, TERMINAL, DeploymentRecord, RunRecord, Store, WorkerRecord
+
+OPEN = ("queued", "running", "waiting", "sleeping")
+STATES = ("active", "draining", "drained", "retired")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A worker process as its registry row says: `alive` while it beat within its lease
+    TTL; `agents` maps each agent it serves to its node names (the start node first)."""
+
+    id: str
+    host: str
+    pid: int
+    version: str
+    agents: dict[str, tuple[str, ...]]
+    concurrency: int
+    busy: int
+    lease_ttl: float
+    started_at: float
+    last_seen: float
+    alive: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "host": self.host, "pid": self.pid, "version": self.version,
+                "agents": {a: list(n) for a, n in self.agents.items()},
+                "concurrency": self.concurrency, "busy": self.busy,
+                "lease_ttl": self.lease_ttl, "started_at": self.started_at,
+                "last_seen": self.last_seen, "alive": self.alive}
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """One version: its routing weight and state, live workers, open runs by status (queued,
+    running, waiting, sleeping), when its oldest open run was created, and how many of its
+    open runs are stranded."""
+
+    version: str
+    weight: int
+    state: str
+    workers: int
+    runs: dict[str, int] = field(default_factory=dict)
+    oldest_open: float | None = None
+    stranded: int = 0
+    retired_at: float | None = None
+
+    @property
+    def open(self) -> int:
+        return sum(self.runs.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "weight": self.weight, "state": self.state,
+                "workers": self.workers, "runs": dict(self.runs), "open": self.open,
+                "oldest_open": self.oldest_open, "stranded": self.stranded,
+                "retired_at": self.retired_at}
+
+
+@dataclass(frozen=True, slots=True)
+class Upgrade:
+    """What `upgrade` moved (or, on a dry run or a refusal, would have moved) and what it
+    refused, each refused run with the reason. `moved` is empty unless it was applied."""
+
+    from_version: str
+    to_version: str
+    dry_run: bool
+    applied: bool
+    planned: tuple[str, ...]
+    refused: tuple[tuple[str, str], ...]
+
+    @property
+    def moved(self) -> tuple[str, ...]:
+        return self.planned if self.applied else ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"from": self.from_version, "to": self.to_version, "dry_run": self.dry_run,
+                "applied": self.applied, "planned": list(self.planned),
+                "moved": list(self.moved),
+                "refused": [{"thread_id": t, "reason": r} for t, r in self.refused]}
+
+
+# -- routing (pure) -----------------------------------------------------------------------
+
+
+def bucket(thread_id: str, total: int) -> int:
+    """A stable number in [0, total) for a thread_id: the same in every process and run."""
+    digest = hashlib.blake2b(thread_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % total
+
+
+def pick(thread_id: str, weights: Sequence[tuple[str, int]]) -> str:
+    """The version a new run of `thread_id` goes to: versions in name order take consecutive
+    ranges of the weight total, each as wide as its weight."""
+    total = sum(w for _, w in weights)
+    if total <= 0:
+        raise ValueError("no positive weight to route by")
+    at = bucket(thread_id, total)
+    for version, weight in weights:
+        if at < weight:
+            return version
+        at -= weight
+    raise AssertionError("unreachable")
+
+
+def agents_of(rec: WorkerRecord) -> dict[str, tuple[str, ...]]:
+    return {a: tuple(nodes) for a, nodes in serde.loads(rec.agents.encode()).items()}
+
+
+def alive(rec: WorkerRecord, now: float) -> bool:
+    return rec.stopped_at is None and rec.last_seen + rec.lease_ttl >= now
+
+
+def catalog(rows: Sequence[WorkerRecord]) -> dict[str, dict[str, tuple[str, ...]]]:
+    """Per version, the agents its workers serve with their node names (newer rows win)."""
+    out: dict[str, dict[str, tuple[str, ...]]] = {}
+    for rec in sorted(rows, key=lambda r: r.last_seen):
+        out.setdefault(rec.version, {}).update(agents_of(rec))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Routes:
+    """What a runtime routes new runs by: the positive weights in version order, the retired
+    versions, and each known version's agents (from its workers' rows)."""
+
+    weights: tuple[tuple[str, int], ...] = ()
+    retired: frozenset[str] = frozenset()
+    agents: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
+    known: frozenset[str] = frozenset()
+
+    def choose(self, thread_id: str, default: str, agent: str) -> str:
+        """The version for a new run of `agent`: by weight among the versions that serve it
+        (as far as their workers registered), `default` when no weight is set."""
+        if not self.weights:
+            return default
+        serving = tuple((v, w) for v, w in self.weights
+                        if v == default or v not in self.agents or agent in self.agents[v])
+        return pick(thread_id, serving or self.weights)
+
+    def start_node(self, version: str, agent: str) -> str | None:
+        """The start node of `agent` in `version` as its workers registered it (None when no
+        worker of that version has registered the agent)."""
+        nodes = self.agents.get(version, {}).get(agent)
+        return nodes[0] if nodes else None
+
+
+async def load_routes(store: Store) -> Routes:
+    table = await store.list_deployments()
+    rows = await store.list_workers()
+    return Routes(
+        weights=tuple((d.version, d.weight) for d in table if d.weight > 0),
+        retired=frozenset(d.version for d in table if d.retired_at is not None),
+        agents=catalog(rows),
+        known=frozenset(d.version for d in table) | {r.version for r in rows},
+    )
+
+
+# -- reading the state of every version -----------------------------------------------------
+
+
+async def workers(store: Store) -> list[WorkerInfo]:
+    """Registered workers that have not stopped cleanly (dead ones too: alive=False)."""
+    now = await store.now()
+    return [_info(r, now) for r in await store.list_workers() if r.stopped_at is None]
+
+
+def _info(r: WorkerRecord, now: float) -> WorkerInfo:
+    return WorkerInfo(r.id, r.host, r.pid, r.version, agents_of(r), r.concurrency, r.busy,
+                      r.lease_ttl, r.started_at, r.last_seen, alive(r, now))
+
+
+async def deployments(store: Store, lease_ttl: float) -> list[Deployment]:
+    """Every version that has a weight row, open runs or a live worker, by name."""
+    now = await store.now()
+    table = {d.version: d for d in await store.list_deployments()}
+    rows = await store.list_workers()
+    live: dict[str, int] = {}
+    last_beat: dict[str, float] = {}
+    for r in rows:
+        if alive(r, now):
+            live[r.version] = live.get(r.version, 0) + 1
+        last_beat[r.version] = max(last_beat.get(r.version, 0.0), r.last_seen)
+    runs: dict[str, dict[str, int]] = {}
+    oldest: dict[str, float] = {}
+    for o in await store.open_runs():
+        runs.setdefault(o.version, {})[o.status] = o.count
+        oldest[o.version] = min(oldest.get(o.version, o.oldest), o.oldest)
+    routed = any(d.weight > 0 for d in table.values())
+    out = []
+    for version in sorted(set(table) | set(runs) | set(live)):
+        d = table.get(version)
+        weight = d.weight if d is not None else 0
+        counts = runs.get(version, {})
+        stranded = 0
+        if counts and not live.get(version) and last_beat.get(version, 0.0) < now - lease_ttl:
+            stranded = await store.stranded_runs(version, now - lease_ttl)
+        out.append(Deployment(
+            version=version, weight=weight,
+            state=_state(d, weight, bool(counts), bool(live.get(version)), routed),
+            workers=live.get(version, 0), runs=counts, oldest_open=oldest.get(version),
+            stranded=stranded, retired_at=d.retired_at if d is not None else None))
+    return out
+
+
+def _state(d: DeploymentRecord | None, weight: int, has_open: bool, serving: bool,
+           routed: bool) -> str:
+    if d is not None and d.retired_at is not None:
+        return "retired"
+    if weight > 0 or (not routed and (has_open or serving)):
+        return "active"
+    return "draining" if has_open else "drained"
+
+
+# -- checks of operator input --------------------------------------------------------------
+
+
+def check_weights(weights: Mapping[str, int], routes: Routes, own: str) -> list[tuple[str, int]]:
+    """The weight table as (version, weight) in version order, or DefinitionError naming
+    what is wrong: not a mapping of version names to integers >= 0, a sum of 0, an unknown
+    version (no worker of it ever registered), a weight for a retired version."""
+    if not isinstance(weights, Mapping) or not weights:
+        raise DefinitionError("weights must map version names to integers, e.g. {'v1': 90, "
+                              "'v2': 10}")
+    known = routes.known | {own}
+    out = []
+    for version, weight in sorted(weights.items()):
+        if not isinstance(version, str) or not version:
+            raise DefinitionError(f"version names must be non-empty strings, got {version!r}")
+        if isinstance(weight, bool) or not isinstance(weight, int):
+            raise DefinitionError(f"weight of {version!r} must be an integer, got {weight!r}")
+        if weight < 0:
+            raise DefinitionError(f"weight of {version!r} must be >= 0, got {weight}")
+        if version not in known:
+            raise DefinitionError(
+                f"unknown version {version!r}: no worker of it has registered (known: "
+                f"{', '.join(sorted(known))}); start a worker of it first")
+        if weight > 0 and version in routes.retired:
+            raise InvalidState(f"version {version!r} is retired; it cannot take new runs")
+        out.append((version, weight))
+    if sum(w for _, w in out) <= 0:
+        raise DefinitionError("weights sum to 0: at least one version must take new runs")
+    return out
+
+
+def known_version(version: str, routes: Routes, own: str, what: str = "version") -> str:
+    if not isinstance(version, str) or not version:
+        raise DefinitionError(f"{what} must be a non-empty string, got {version!r}")
+    if version != own and version not in routes.known:
+        raise DefinitionError(
+            f"unknown {what} {version!r}: no worker of it has registered and it has no "
+            f"weight (known: {', '.join(sorted(routes.known | {own}))})")
+    return version
+
+
+def plan_upgrade(
+    runs: Sequence[RunRecord], named: Sequence[str] | None, from_version: str, to_version: str,
+    agents: Mapping[str, tuple[str, ...]],
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """Which candidate runs may move to `to_version` (whose workers serve `agents`), and why
+    each other one may not: it must be parked (never a leased running run) on
+    `from_version`, of an agent `to_version` serves, and its next node must exist there."""
+    ok: list[str] = []
+    refused: list[tuple[str, str]] = []
+    seen = {r.thread_id for r in runs}
+    for tid in named or ():
+        if tid not in seen:
+            refused.append((tid, "no such run"))
+    for r in runs:
+        if r.version != from_version:
+            refused.append((r.thread_id, f"it is on version {r.version!r}, not {from_version!r}"))
+        elif r.status not in PARKED:
+            why = (f"it is running (leased by {r.lease_owner})" if r.status == "running"
+                   else f"it is {r.status}" + (" (terminal)" if r.status in TERMINAL else ""))
+            refused.append((r.thread_id, why))
+        elif r.agent not in agents:
+            refused.append((r.thread_id, f"version {to_version!r} does not serve agent "
+                            f"{r.agent!r} (it serves: {', '.join(sorted(agents)) or 'none'})"))
+        elif r.node is None or r.node not in agents[r.agent]:
+            refused.append((r.thread_id, f"its next node {r.node!r} does not exist in agent "
+                            f"{r.agent!r} of version {to_version!r} (nodes: "
+                            f"{', '.join(agents[r.agent])})"))
+        else:
+            ok.append(r.thread_id)
+    return ok, refused
+
+
+async def upgrade(
+    store: Store, from_version: str, to_version: str, *, thread_ids: Sequence[str] | None,
+    dry_run: bool, skip_refused: bool,
+) -> Upgrade:
+    """Move parked runs of `from_version` to `to_version` in one transaction (see
+    Runtime.upgrade); checks the target's workers first."""
+    if from_version == to_version:
+        raise DefinitionError(f"--from and --to are both {from_version!r}")
+    now = await store.now()
+    rows = await store.list_workers()
+    target = [r for r in rows if r.version == to_version and alive(r, now)]
+    if not target:
+        raise InvalidState(
+            f"version {to_version!r} has no live worker: its agents are unknown and nothing "
+            f"would run the moved runs; start a worker of {to_version!r} first")
+    if to_version in {d.version for d in await store.list_deployments()
+                      if d.retired_at is not None}:
+        raise InvalidState(f"version {to_version!r} is retired")
+    agents = catalog(target)[to_version]
+    plan: list[tuple[list[str], list[tuple[str, str]]]] = []
+
+    def decide(found: list[RunRecord]) -> Sequence[str]:
+        plan.clear()
+        plan.append(plan_upgrade(found, thread_ids, from_version, to_version, agents))
+        ok, refused = plan[0]
+        if dry_run or (refused and not skip_refused):
+            return ()
+        return ok
+
+    await store.move_runs(from_version, to_version, thread_ids, decide)
+    ok, refused = plan[0]
+    applied = bool(ok) and not dry_run and (skip_refused or not refused)
+    return Upgrade(from_version, to_version, dry_run, applied, tuple(ok), tuple(refused))
+
+
+def check_thread_ids(thread_ids: Sequence[str] | None) -> list[str] | None:
+    if thread_ids is None:
+        return None
+    if isinstance(thread_ids, str) or not all(isinstance(t, str) and t for t in thread_ids):
+        raise DefinitionError("thread_ids must be a list of non-empty strings")
+    ids = list(dict.fromkeys(thread_ids))
+    if not ids:
+        raise DefinitionError("thread_ids is empty: name at least one run, or pass None for "
+                              "every parked run")
+    return ids
+
