@@ -173,7 +173,6 @@ class Worker:
 
     async def _run(self, stop: asyncio.Event | None) -> None:
         self._agents_json = agents_json(self.registry)
-        await self._beat()  # registered before the first claim
         try:
             await self._serve(stop)
         finally:
@@ -211,11 +210,12 @@ class Worker:
 
     async def _serve(self, stop: asyncio.Event | None) -> None:
         async with asyncio.TaskGroup() as tg:
-            self._tg = tg
+            self._tg = tg  # before any await: runs started here may be handed over from now
             heartbeat = tg.create_task(self._heartbeat())
             dispatch = tg.create_task(self.dispatcher.run(tg))
             watcher = tg.create_task(self._watch(stop)) if stop is not None else None
             try:
+                await self._beat()  # registered before the first claim
                 await self._claim_loop(tg)
             finally:
                 self._stopping = True

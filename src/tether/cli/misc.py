@@ -36,7 +36,7 @@ def migrate(db: str | None, app: str | None, verbose: bool, as_json: bool) -> in
 
 @cli.command("demo", short_help="the lesson's scenarios end to end on embedded SQLite",
              help="The lesson's scenarios end to end on embedded SQLite. PART: crash, queue, "
-                  "hitl, effect, async (default: all).")
+                  "hitl, effect, async, deploy (default: all).")
 @click.argument("parts", nargs=-1, metavar="[PART]...")
 def demo(parts: tuple[str, ...]) -> int:
     async def main() -> int:

@@ -21,6 +21,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..errors import TetherError
+
 con = Console()
 
 
@@ -280,9 +282,84 @@ async def part_async(box: Sandbox, progress: Progress) -> Outcome:
                    f"(threads never had more than {big['threads']['max_alive']} alive)", details)
 
 
+async def part_deploy(box: Sandbox, progress: Progress) -> Outcome:
+    """Two versions at once: half of new thread_ids to each, v1's in-flight runs finish on
+    v1 uninterrupted, then v1 drains and retires."""
+    from . import versions
+
+    def worker(app: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tether", "worker", "--app", f"tether.demo.versions:{app}",
+             "--db", box.db, "--concurrency", "100", "--lease-ttl", "2"],
+            env=box.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    async def until(check: Callable[[], Awaitable[bool]], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not await check():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the deploy demo did not progress")
+            await asyncio.sleep(0.1)
+
+    rt = versions.v1().with_db(box.db, lease_ttl=2.0)
+    await rt.migrate()
+    task = progress.add_task("rainbow deploy", total=5)
+    a = worker("v1")
+    b: subprocess.Popen[bytes] | None = None
+    async with rt:
+        try:
+            await until(lambda: _serving(rt, {"v1"}), 30)
+            long = [await rt.start("ticket", {"steps": 8, "pause": 0.5}) for _ in range(20)]
+            progress.update(task, completed=1)  # v1 alone, 20 long runs in flight
+            b = worker("v2")
+            await until(lambda: _serving(rt, {"v1", "v2"}), 30)
+            await rt.route({"v1": 50, "v2": 50})
+            new = [await rt.start("ticket", {"steps": 2}) for _ in range(200)]
+            split = Counter(r.version for r in new)
+            progress.update(task, completed=2)
+            await rt.drain("v1")
+            after = Counter([(await rt.start("ticket", {"steps": 1})).version
+                             for _ in range(50)])
+            refused = ""
+            try:
+                await rt.retire("v1")
+            except TetherError as exc:
+                refused = str(exc).split(":")[0]
+            progress.update(task, completed=3)
+
+            async def drained() -> bool:
+                return any(d.version == "v1" and d.state == "drained"
+                           for d in await rt.deployments())
+
+            await until(drained, 90)
+            progress.update(task, completed=4)
+            await rt.retire("v1")
+            finals = [await rt.wait(r.thread_id, timeout=60) for r in long + new]
+            steady = [cp.attempt == 1 for r in long for cp in await rt.checkpoints(r.thread_id)]
+            progress.update(task, completed=5)
+        finally:
+            _stop(a)
+            if b is not None:
+                _stop(b)
+    answers = Counter(r.state.get("answer", "?").split(":")[0] for r in finals)
+    ok = (all(r.status.value == "completed" for r in finals) and all(steady)
+          and after == Counter({"v2": 50}) and bool(refused)
+          and all(r.version == "v1" for r in long) and 70 <= split["v1"] <= 130)
+    return Outcome("deploy", ok,
+                   f"200 new runs routed 50/50: {split['v1']} on v1, {split['v2']} on v2; "
+                   "20 long v1 runs finished on v1 uninterrupted; v1 drained and retired",
+                   [f"after `drain v1`: {after['v2']} of 50 new runs on v2",
+                    f"retire before drained: refused ({refused})",
+                    f"answers: {answers['v1']} from v1, {answers['v2']} from v2 (v2 also "
+                    "ran its new `review` node)"])
+
+
+async def _serving(rt: Any, versions: set[str]) -> bool:
+    return versions <= {w.version for w in await rt.workers() if w.alive}
+
+
 PARTS: dict[str, Callable[[Sandbox, Progress], Awaitable[Outcome]]] = {
     "crash": part_crash, "queue": part_queue, "hitl": part_hitl, "effect": part_effect,
-    "async": part_async,
+    "async": part_async, "deploy": part_deploy,
 }
 
 

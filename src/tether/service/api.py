@@ -30,6 +30,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
+from ..deploy import Deployment
 from ..errors import (
     ConfigError,
     DefinitionError,
@@ -52,6 +53,8 @@ from .models import (
     NO_NUL,
     CheckpointList,
     CheckpointOut,
+    DeploymentList,
+    DeploymentOut,
     ErrorBody,
     ForkRun,
     Health,
@@ -65,7 +68,10 @@ from .models import (
     RunPage,
     RunSummary,
     SendMessage,
+    SetWeights,
     StartRun,
+    WorkerList,
+    WorkerOut,
     sse_schema,
 )
 from .observe import add_metrics_route, metrics_available, observing
@@ -220,6 +226,8 @@ class EventStream(StreamingResponse):
     media_type = "text/event-stream"
 
 
+Version = Annotated[str, Path(min_length=1, max_length=MAX_ID, pattern=NO_NUL,
+                                description="a version name")]
 ThreadId = Annotated[str, Path(min_length=1, max_length=MAX_ID, pattern=NO_NUL,
                                description="the run's thread_id")]
 
@@ -228,6 +236,10 @@ def drain(app: FastAPI) -> None:
     """The server is shutting down: end open event streams (clients reconnect elsewhere)
     instead of holding the shutdown until its timeout."""
     app.state.draining = True
+
+
+def _deployments(found: list[Deployment]) -> DeploymentList:
+    return DeploymentList(deployments=[DeploymentOut(**d.as_dict()) for d in found])
 
 
 def create_app(
@@ -482,6 +494,32 @@ def create_app(
                                         status=None if status == "all" else status, limit=limit)
         return InterruptList(interrupts=[InterruptOut.of(i) for i in recs])
 
+    # -- deployments and workers -----------------------------------------------------------
+
+    @app.get("/workers", response_model=WorkerList, tags=["deployments"],
+             responses=_errors(401))
+    async def list_workers() -> WorkerList:
+        """Registered workers with their last heartbeat (dead ones: alive false)."""
+        return WorkerList(workers=[WorkerOut(**w.as_dict()) for w in await runtime.workers()])
+
+    @app.get("/deployments", response_model=DeploymentList, tags=["deployments"],
+             responses=_errors(401))
+    async def list_deployments() -> DeploymentList:
+        """Per version: weight, state, live workers, open runs by status, stranded runs."""
+        return _deployments(await runtime.deployments())
+
+    @app.put("/deployments", response_model=DeploymentList, tags=["deployments"],
+             responses=_errors(400, 401, 409, 422))
+    async def route(body: SetWeights) -> DeploymentList:
+        """Set the weights of new runs (the whole table; a version not named gets 0)."""
+        return _deployments(await runtime.route(body.weights))
+
+    @app.post("/deployments/{version}/drain", response_model=DeploymentOut,
+              tags=["deployments"], responses=_errors(401, 409, 422))
+    async def drain(version: Version) -> DeploymentOut:
+        """Weight 0 for the version: its open runs finish on it, no new run lands on it."""
+        return DeploymentOut(**(await runtime.drain(version)).as_dict())
+
     @app.get("/healthz", response_model=Health, tags=["health"],
              responses={503: {"model": Health, "description": "database or worker down"}})
     async def healthz(response: Response) -> Health:
@@ -494,10 +532,17 @@ def create_app(
         task = worker.get("task")
         if task is not None and task.done():
             error = error or "embedded worker stopped"
+        stranded = 0
+        if error is None:
+            try:
+                stranded = sum(d.stranded for d in await runtime.deployments())
+            except Exception as exc:
+                error = f"database: {exc}"
         if error is not None:
             response.status_code = 503
-        return Health(status="unavailable" if error else "ok", db=runtime.dialect,
-                      version=runtime.version, worker=task is not None, error=error)
+        return Health(status="unavailable" if error else "stranded" if stranded else "ok",
+                      db=runtime.dialect, version=runtime.version, worker=task is not None,
+                      stranded=stranded, error=error)
 
     # -- OpenAPI ---------------------------------------------------------------------------
 

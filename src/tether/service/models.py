@@ -183,11 +183,56 @@ class InterruptOut(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok", "unavailable"]
+    status: Literal["ok", "stranded", "unavailable"]
     db: str = Field(description="the database dialect")
     version: str = Field(description="the code version this server runs")
     worker: bool = Field(description="whether a worker runs inside this server")
+    stranded: int = Field(default=0, description="open runs whose version has had no live "
+                          "worker for longer than the lease TTL (status `stranded` when > 0)")
     error: str | None = None
+
+
+class WorkerOut(BaseModel):
+    id: str
+    host: str
+    pid: int
+    version: str
+    agents: dict[str, list[str]] = Field(description="agent -> node names, the start node first")
+    concurrency: int
+    busy: int = Field(description="slots in use at its last heartbeat")
+    lease_ttl: float
+    started_at: float
+    last_seen: float = Field(description="its last heartbeat (database clock)")
+    alive: bool = Field(description="false once a lease TTL passed without a heartbeat")
+
+
+class WorkerList(BaseModel):
+    workers: list[WorkerOut]
+
+
+class DeploymentOut(BaseModel):
+    version: str
+    weight: int
+    state: Literal["active", "draining", "drained", "retired"]
+    workers: int = Field(description="live workers of this version")
+    runs: dict[str, int] = Field(description="open runs by status")
+    open: int
+    oldest_open: float | None = Field(description="when its oldest open run was created")
+    stranded: int
+    retired_at: float | None
+
+
+class DeploymentList(BaseModel):
+    deployments: list[DeploymentOut]
+
+
+class SetWeights(BaseModel):
+    """The whole weight table of new runs: a version not named gets weight 0."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    weights: dict[Id, int] = Field(description="version -> weight, integers >= 0 summing to "
+                                   "more than 0", examples=[{"v1": 90, "v2": 10}])
 
 
 class CheckpointList(BaseModel):

@@ -14,14 +14,16 @@ SELECT %(id)s, %(host)s, %(pid)s, %(version)s, %(agents)s, %(concurrency)s, %(bu
 FROM t
 ON CONFLICT (id) DO UPDATE
 SET busy = excluded.busy, agents = excluded.agents, concurrency = excluded.concurrency,
-    lease_ttl = excluded.lease_ttl, last_seen = excluded.last_seen, stopped_at = NULL;
+    lease_ttl = excluded.lease_ttl, last_seen = excluded.last_seen, stopped_at = NULL
+RETURNING id;
 
 -- name: stop_worker
 -- A clean stop: the worker no longer serves from now.
 UPDATE workers
 SET stopped_at = extract(epoch FROM clock_timestamp())::float8,
     last_seen = extract(epoch FROM clock_timestamp())::float8
-WHERE id = %(id)s;
+WHERE id = %(id)s
+RETURNING id;
 
 -- name: list_workers
 SELECT id, host, pid, version, agents, concurrency, busy, lease_ttl, started_at, last_seen,
