@@ -1,17 +1,28 @@
-"""`tether workers`: the worker registry (each worker's heartbeat row)."""
+"""`tether workers`: the worker registry (each worker's heartbeat row), and `tether workers
+release WORKER_ID`, where an operator gives back a dead or stuck worker's leases at once
+instead of waiting out their TTL."""
 
 from __future__ import annotations
 
 import time
 
+import click
+
 from ._common import connection_options, console, dump, json_option, run, runtime_for
 from ._root import cli
 
 
-@cli.command("workers", help="registered workers: version, agents, slots, last heartbeat")
+@cli.group("workers", invoke_without_command=True,
+           help="registered workers: version, agents, slots, last heartbeat (the default), "
+                "and releasing a worker's leases")
 @connection_options
 @json_option
-def workers(db: str | None, app: str | None, verbose: bool, as_json: bool) -> int:
+@click.pass_context
+def workers(ctx: click.Context, db: str | None, app: str | None, verbose: bool,
+            as_json: bool) -> int:
+    if ctx.invoked_subcommand is not None:
+        return 0
+
     async def main() -> int:
         rt = runtime_for(db, app)
         try:
@@ -34,6 +45,29 @@ def workers(db: str | None, app: str | None, verbose: bool, as_json: bool) -> in
                           f"{w.busy}/{w.concurrency}", f"{now - w.started_at:.0f}s ago",
                           f"{now - w.last_seen:.1f}s ago")
         console().print(table)
+        return 0
+
+    return run(main(), verbose)
+
+
+@workers.command("release", help="give back every run and effect a worker leases now (any worker "
+                                 "resumes them); the worker, if alive, is fenced out")
+@click.argument("worker_id")
+@connection_options
+@json_option
+def release(worker_id: str, db: str | None, app: str | None, verbose: bool, as_json: bool) -> int:
+    async def main() -> int:
+        rt = runtime_for(db, app)
+        try:
+            released = await rt.release_worker(worker_id)
+        finally:
+            await rt.close()
+        if as_json:
+            dump({"worker": worker_id, "released": released})
+        elif released:
+            print(f"released {len(released)} run(s) of {worker_id}: {' '.join(released)}")
+        else:
+            print(f"{worker_id} leases no run (its effects, if any, were released)")
         return 0
 
     return run(main(), verbose)
