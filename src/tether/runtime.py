@@ -59,6 +59,7 @@ from .store.base import (
 from .tuning import worker_tuned
 from .types import (
     TERMINAL,
+    Call,
     Checkpoint,
     Effect,
     Interrupt,
@@ -74,7 +75,7 @@ ROUTES_TTL = 1.0
 """Seconds a runtime routes new runs by the weight table it read last: a route() made in
 another process takes effect here within this time (at once in the process that made it)."""
 
-__all__ = ["Checkpoint", "Effect", "Interrupt", "Run", "RunError", "RunStatus", "Runtime",
+__all__ = ["Call", "Checkpoint", "Effect", "Interrupt", "Run", "RunError", "RunStatus", "Runtime",
            "run_error"]
 
 
@@ -485,6 +486,12 @@ class Runtime:
             # A copy per checkpoint (typed: it may hold an Agent(typed_state=True)'s values).
             out.append(checkpoint_of(cp, serde.loads(serde.dumps(state, typed=True))))
         return out
+
+    async def calls(self, thread_id: str, step: int) -> list[Call]:
+        """The results step `step` of the run journaled, in call order."""
+        await self._record(thread_id)
+        return [Call(thread_id, step, r.idx, r.name, serde.loads(r.result))
+                for r in await self.store.load_journal(thread_id, step)]
 
     async def work(self, concurrency: int | None = None, *, stop: asyncio.Event | None = None,
                    tune: bool = False, cpu_workers: int | None = None) -> None:

@@ -143,6 +143,22 @@ class Effect:
 
 
 @dataclass(frozen=True, slots=True)
+class Call:
+    """One result a step journaled (ctx.call, and the engine's own timers and values): its
+    index in the step, the function's name and the recorded result, as a re-execution of
+    the step would replay it."""
+
+    thread_id: str
+    step: int
+    index: int
+    name: str
+    result: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True, slots=True)
 class Interrupt:
     """A question a run asked a person (ctx.interrupt) and, once answered, the answer."""
 

@@ -50,6 +50,7 @@ def context(browser: Browser) -> Iterator[BrowserContext]:
 @pytest.fixture
 def procs(tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Procs]:
     monkeypatch.setenv("DASH_FX_OK", str(tmp_path / "relay-up"))
+    monkeypatch.setenv("DASH_FIXED", str(tmp_path / "fixed"))
     p = Procs(tmp_path, db_url)
     try:
         yield p
@@ -126,6 +127,20 @@ def test_answer_in_inbox_and_watch_the_run_complete_live(server: Server,
         assert run["state"]["answer"] == {"approved": True, "note": "ok"}
         inbox.goto(f"{server.base_url}/ui/interrupts")
         expect(inbox.locator(f"li[data-interrupt='{pending['id']}']")).to_have_count(0)
+
+        # A step's own page: its journaled calls, and its diff from the step before.
+        watcher.locator("table.timeline > tbody > tr").first.get_by_role("link", name="1").click()
+        expect(watcher).to_have_url(re.compile(rf"/ui/runs/{tid}/steps/1$"))
+        expect(watcher.locator("table.calls tbody tr td")).to_have_text(
+            ["0", re.compile("suggest_reply"), re.compile(r'"text": "reply to invoice 7"')])
+        expect(watcher.get_by_text("This is the first step")).to_be_visible()
+        watcher.get_by_role("link", name="Step 2").click()
+        expect(watcher.locator("tr[data-path='answer'] td").nth(1)).to_have_text("added")
+        expect(watcher.locator("table.calls tbody tr td")).to_have_text(  # the answer
+            ["0", "tether.interrupt", re.compile(r'"note": "ok"')])
+        resp = watcher.goto(f"{server.base_url}/ui/runs/{tid}/steps/9")
+        assert resp is not None and resp.status == 404
+        expect(error_banner(watcher)).to_contain_text("has no committed step 9")
 
 
 def test_an_interrupt_answered_elsewhere_is_a_plain_conflict(server: Server,
@@ -235,6 +250,26 @@ def test_retry_a_dead_effect(server: Server, context: BrowserContext, tmp_path: 
         page.goto(f"{server.base_url}/ui/runs/{tid}")
         expect(page.locator("table.effects tbody tr")).to_contain_text("done")
         expect(page.locator("table.effects tbody tr")).to_contain_text('"sent"')
+
+
+def test_a_failed_run_shows_its_traceback_and_is_retried(server: Server, context: BrowserContext,
+                                                          tmp_path: Path) -> None:
+    with server.client() as c:
+        tid = start(c, "failing")
+        wait_status(c, tid, "failed")
+        page = context.new_page()
+        page.goto(f"{server.base_url}/ui/runs/{tid}")
+        expect(page.locator("section.failure .err")).to_have_text(
+            "[exception] RuntimeError: the model returned nonsense")
+        page.locator("section.failure summary").click()
+        expect(page.locator("section.failure pre")).to_contain_text("Traceback")
+        (tmp_path / "fixed").touch()  # the fix is deployed
+        page.get_by_role("button", name="Retry run").click()
+        expect(page.locator(".notice")).to_have_text("Run queued again from its failed step.")
+        expect(status_badge(page)).to_have_text("completed")
+        assert c.get(f"/runs/{tid}").json()["state"]["fixed"] is True
+        page.goto(f"{server.base_url}/ui/runs/{tid}")
+        expect(page.get_by_role("button", name="Retry run")).to_have_count(0)
 
 
 # -- sign-in -------------------------------------------------------------------------------------

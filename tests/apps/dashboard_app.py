@@ -2,7 +2,8 @@
 dashboard_app:runtime`, with tests/apps on PYTHONPATH).
 
 `notify` effects fail (and are dead after one attempt) until the file named by
-$DASH_FX_OK exists: a test makes an effect dead, creates the file, and retries it.
+$DASH_FX_OK exists: a test makes an effect dead, creates the file, and retries it. The
+`failing` agent fails the same way until $DASH_FIXED exists (then a retried run completes).
 """
 
 from __future__ import annotations
@@ -16,10 +17,15 @@ import tether
 approval = tether.Agent("approval")
 
 
+def suggest_reply(item: str) -> dict[str, Any]:
+    """Stands for a model call: journaled, so a re-execution of the step replays it."""
+    return {"text": f"reply to {item}", "tokens": 7}
+
+
 @approval.node(start=True)
 async def draft(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
-    return tether.goto("ask", {"draft": f"reply to {state.get('item', 'x')}",
-                               "log": tether.append(["drafted"])})
+    reply = await ctx.call(suggest_reply, state.get("item", "x"))
+    return tether.goto("ask", {"draft": reply["text"], "log": tether.append(["drafted"])})
 
 
 @approval.node
@@ -55,7 +61,10 @@ failing = tether.Agent("failing", retry=tether.RetryPolicy(attempts=1))
 
 @failing.node(start=True)
 async def boom(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
-    raise RuntimeError("the model returned nonsense")
+    fixed = os.environ.get("DASH_FIXED", "")
+    if not fixed or not os.path.exists(fixed):
+        raise RuntimeError("the model returned nonsense")
+    return tether.finish({"fixed": True})
 
 
 async def notify(payload: dict[str, Any], key: str) -> dict[str, Any]:

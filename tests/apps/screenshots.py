@@ -90,7 +90,8 @@ def shots(base: str, ids: dict[str, str], out: Path) -> None:
             page = browser.new_page(viewport={"width": 1280, "height": 860})
             views = [("overview", "/ui"), ("runs", "/ui/runs"),
                      ("run", f"/ui/runs/{ids['ticker']}"), ("inbox", "/ui/interrupts"),
-                     ("effects", "/ui/effects"), ("failed-run", f"/ui/runs/{ids['failing']}")]
+                     ("effects", "/ui/effects"), ("failed-run", f"/ui/runs/{ids['failing']}"),
+                     ("step", f"/ui/runs/{ids['approval']}/steps/1")]
             for name, path in views:
                 page.goto(base + path)
                 if name == "run":

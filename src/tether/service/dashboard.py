@@ -28,6 +28,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response, Streamin
 
 from ..errors import InvalidState, ResumeConflict, RunNotFound, SerializationError, TetherError
 from ..runtime import Checkpoint, Run, RunStatus, Runtime
+from ..store.base import StatusCounts
 from .dashboard_auth import COOKIE, SESSION_TTL, UiAuth
 from .dashboard_input import (
     MAX_ID,
@@ -48,9 +49,11 @@ audit = logging.getLogger("tether.audit")
 TIMELINE_PAGE = 100
 """Steps per page of a run's timeline."""
 COUNT_CAP = 1000
-"""Counts of pending interrupts and dead effects stop here ("1000+")."""
+"""Counts of pending interrupts stop here ("1000+")."""
 SAMPLE = 1000
-"""The overview's statuses are those of the newest SAMPLE runs."""
+"""The overview's latest failures are those among the newest SAMPLE runs."""
+COUNTS_EVERY = 5.0
+"""Seconds between two store-wide counts (runtime.status_counts: a full count)."""
 STATIC = {
     "htmx.min.js": "text/javascript; charset=utf-8",
     "live.js": "text/javascript; charset=utf-8",
@@ -70,6 +73,7 @@ NOTICES = {
     "resumed": "Answer recorded; the run continues.",
     "forked": "Forked: this is the new run.",
     "retried": "Effect queued for another attempt.",
+    "run-retried": "Run queued again from its failed step.",
     "signed-out": "Signed out.",
 }
 
@@ -189,25 +193,37 @@ def dashboard_router(
 
     # -- data of the views (pages and their live probes share them) -------------------------
 
+    counted: list[tuple[float, StatusCounts]] = []
+    counting = asyncio.Lock()
+
+    async def store_counts() -> StatusCounts:
+        """runtime.status_counts() (a full count) at most every COUNTS_EVERY seconds, shared
+        by every page and live probe of this server."""
+        async with counting:
+            if not counted or time.monotonic() - counted[0][0] >= COUNTS_EVERY:
+                counted[:] = [(time.monotonic(), await runtime.status_counts())]
+            return counted[0][1]
+
     async def overview_data() -> dict[str, Any]:
-        # One bounded read of the newest runs (an index range of SAMPLE rows), not a count
-        # per status: the Runtime has no count query, and a filtered scan for a rare status
-        # would read the whole table of a big store on every poll.
-        sample = await runtime.list_runs(limit=SAMPLE)
+        totals = await store_counts()
         counts = {s.value: 0 for s in RunStatus}
         versions: dict[str, dict[str, int]] = {}
-        for r in sample:
-            counts[r.status.value] += 1
-            by = versions.setdefault(r.version, {s.value: 0 for s in RunStatus})
-            by[r.status.value] += 1
-        pending = await runtime.interrupts(limit=COUNT_CAP + 1)
-        dead = await runtime.effects(status="dead", limit=COUNT_CAP + 1)
+        for (status, version), n in totals.runs.items():
+            counts[status] = counts.get(status, 0) + n
+            versions.setdefault(version, {s.value: 0 for s in RunStatus})[status] = n
+        # Failures among the newest runs: a bounded index range, where a filtered read of a
+        # rare status would scan a big store's whole table.
+        sample = await runtime.list_runs(limit=SAMPLE)
         failed = [r for r in sample if r.status == RunStatus.FAILED][:5]
+        pending = await runtime.interrupts(limit=COUNT_CAP + 1)
+        dead = totals.effects.get("dead", 0)
         return {"counts": counts, "versions": dict(sorted(versions.items())),
-                "sampled": len(sample), "sample": SAMPLE, "pending": len(pending),
-                "dead": len(dead), "recent": sample[:10], "failed": failed, "cap": COUNT_CAP,
+                "sample": SAMPLE, "pending": len(pending), "dead": dead,
+                "effects": dict(sorted(totals.effects.items())),
+                "recent": sample[:10], "failed": failed, "cap": COUNT_CAP,
                 "fp": fingerprint([[(r.thread_id, r.status, r.step) for r in sample[:50]],
-                                   counts, len(pending), len(dead)])}
+                                   sorted(totals.runs.items()), totals.effects,
+                                   len(pending)])}
 
     async def runs_data(f: RunFilter) -> dict[str, Any]:
         before = decode_cursor(f.cursor) if f.cursor else None
@@ -307,6 +323,34 @@ def dashboard_router(
         except RunNotFound:
             raise Refused(404, f"No run with thread_id {tid!r}.") from None
         return finish(request, RedirectResponse(f"/ui/runs/{quote(tid, safe='')}", 303), v)
+
+    @router.get("/ui/runs/{thread_id:path}/steps/{step}")
+    @view
+    async def step_page(request: Request, v: Visit) -> Response:
+        tid = check_id(request.path_params["thread_id"], "thread_id")
+        raw = request.path_params["step"]
+        if not (raw.isdigit() and len(raw) < 12):
+            raise Refused(400, f"A step is a whole number, got {raw!r}.")
+        try:
+            run = await runtime.peek(tid)
+            cps = await runtime.checkpoints(tid)
+        except RunNotFound:
+            raise Refused(404, f"No run with thread_id {tid!r}.") from None
+        at = {cp.step: i for i, cp in enumerate(cps)}
+        i = at.get(int(raw))
+        if i is None:
+            raise Refused(404, f"Run {tid!r} has no committed step {raw}.")
+        cp = cps[i]
+        calls, unreadable = [], None
+        try:
+            calls = await runtime.calls(tid, cp.step)
+        except TetherError as exc:  # a typed result whose class this server cannot load
+            unreadable = str(exc)
+        return page(request, v, "step.html", nav="runs", run=run, cp=cp, calls=calls,
+                    unreadable=unreadable,
+                    diff=None if i == 0 else state_diff(cps[i - 1].state, cp.state),
+                    prev=cps[i - 1].step if i > 0 else None,
+                    next=cps[i + 1].step if i + 1 < len(cps) else None)
 
     @router.get("/ui/runs/{thread_id:path}")
     @view
@@ -474,6 +518,17 @@ def dashboard_router(
         record(request, "cancel", thread_id=tid)
         return done(request, f"/ui/runs/{quote(tid, safe='')}", "cancelled")
 
+    async def do_retry_run(request: Request, fields: dict[str, str]) -> Response:
+        tid = check_id(request.path_params["thread_id"], "thread_id")
+        try:
+            await runtime.retry(tid)
+        except RunNotFound:
+            raise Refused(404, f"No run with thread_id {tid!r}; nothing was retried.") from None
+        except InvalidState as exc:
+            raise Refused(409, f"{exc}. Nothing was retried.") from None
+        record(request, "retry-run", thread_id=tid)
+        return done(request, f"/ui/runs/{quote(tid, safe='')}", "run-retried")
+
     async def do_fork(request: Request, fields: dict[str, str]) -> Response:
         tid = check_id(request.path_params["thread_id"], "thread_id")
         raw = fields.get("step", "").strip()
@@ -526,6 +581,8 @@ def dashboard_router(
     router.add_api_route("/ui/runs/{thread_id:path}/cancel", action(do_cancel, back_to_run),
                          methods=["POST"])
     router.add_api_route("/ui/runs/{thread_id:path}/fork", action(do_fork, back_to_run),
+                         methods=["POST"])
+    router.add_api_route("/ui/runs/{thread_id:path}/retry", action(do_retry_run, back_to_run),
                          methods=["POST"])
     router.add_api_route("/ui/interrupts/resume", action(do_resume, back_to), methods=["POST"])
     router.add_api_route("/ui/effects/retry", action(do_retry, back_to), methods=["POST"])
