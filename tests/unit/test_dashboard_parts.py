@@ -11,11 +11,11 @@ import pytest
 
 from tether import Checkpoint
 from tether.service import dashboard_auth
-from tether.service.dashboard import STATIC, timeline
+from tether.service.dashboard import STATIC
 from tether.service.dashboard_auth import UiAuth
 from tether.service.dashboard_input import Refused, RunFilter, decode_cursor, encode_cursor
 from tether.service.dashboard_live import LiveHub
-from tether.service.dashboard_render import MISSING, Change, age, environment, state_diff
+from tether.service.dashboard_render import MISSING, Change, age, environment, state_diff, timeline
 
 # -- state diff ---------------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ and has changed nothing.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import dataclasses
 import hashlib
 import logging
@@ -27,7 +26,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
 from ..errors import InvalidState, ResumeConflict, RunNotFound, SerializationError, TetherError
-from ..runtime import Checkpoint, Run, RunStatus, Runtime
+from ..runtime import Run, RunStatus, Runtime
 from ..store.base import StatusCounts
 from .dashboard_auth import COOKIE, SESSION_TTL, UiAuth
 from .dashboard_input import (
@@ -40,14 +39,12 @@ from .dashboard_input import (
     encode_cursor,
 )
 from .dashboard_live import LiveHub
-from .dashboard_render import environment, render, state_diff
+from .dashboard_render import environment, render, state_diff, timeline
 from .events import encode
 
 log = logging.getLogger("tether.dashboard")
 audit = logging.getLogger("tether.audit")
 
-TIMELINE_PAGE = 100
-"""Steps per page of a run's timeline."""
 COUNT_CAP = 1000
 """Counts of pending interrupts stop here ("1000+")."""
 SAMPLE = 1000
@@ -599,24 +596,3 @@ def dashboard_router(
 async def _fp(data: Awaitable[dict[str, Any]]) -> str:
     fp: str = (await data)["fp"]
     return fp
-
-
-def timeline(cps: list[Checkpoint], upto: int | None = None) -> dict[str, Any]:
-    """One page of the run's checkpoint timeline: the TIMELINE_PAGE steps ending at `upto`
-    (default: the latest), each with its diff from the step before (the first step has no
-    earlier checkpoint to compare with) and its duration bar; and the neighbouring pages.
-    Only the shown steps are diffed and rendered: a long run's page stays small."""
-    steps = [cp.step for cp in cps]
-    end = len(cps) if upto is None else bisect.bisect_right(steps, upto)
-    start = max(0, end - TIMELINE_PAGE)
-    longest = max((cp.duration for cp in cps), default=0.0)
-    rows: list[dict[str, Any]] = []
-    for i in range(start, end):
-        cp = cps[i]
-        rows.append({"cp": cp, "longest": longest,
-                     "diff": None if i == 0 else state_diff(cps[i - 1].state, cp.state)})
-    return {
-        "rows": rows, "total": len(cps),
-        "earlier": cps[start - 1].step if start > 0 else None,
-        "later": cps[min(len(cps), end + TIMELINE_PAGE) - 1].step if end < len(cps) else None,
-    }

@@ -1,8 +1,10 @@
 """What the dashboard's templates need besides the data: the Jinja2 environment (autoescaped,
-templates shipped in the package), value formatting, and the state diff between two steps."""
+templates shipped in the package), value formatting, the state diff between two steps and
+the checkpoint timeline's pages."""
 
 from __future__ import annotations
 
+import bisect
 import datetime
 import math
 from collections.abc import Mapping
@@ -12,6 +14,10 @@ from typing import Any
 import orjson
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
+from ..runtime import Checkpoint
+
+TIMELINE_PAGE = 100
+"""Steps per page of a run's timeline."""
 MISSING: Any = object()
 """The diff's marker for "this path did not exist on that side"."""
 
@@ -131,3 +137,24 @@ def environment() -> Environment:
 
 def render(env: Environment, name: str, context: Mapping[str, Any]) -> str:
     return env.get_template(name).render(**context)
+
+
+def timeline(cps: list[Checkpoint], upto: int | None = None) -> dict[str, Any]:
+    """One page of the run's checkpoint timeline: the TIMELINE_PAGE steps ending at `upto`
+    (default: the latest), each with its diff from the step before (the first step has no
+    earlier checkpoint to compare with) and its duration bar; and the neighbouring pages.
+    Only the shown steps are diffed and rendered: a long run's page stays small."""
+    steps = [cp.step for cp in cps]
+    end = len(cps) if upto is None else bisect.bisect_right(steps, upto)
+    start = max(0, end - TIMELINE_PAGE)
+    longest = max((cp.duration for cp in cps), default=0.0)
+    rows: list[dict[str, Any]] = []
+    for i in range(start, end):
+        cp = cps[i]
+        rows.append({"cp": cp, "longest": longest,
+                     "diff": None if i == 0 else state_diff(cps[i - 1].state, cp.state)})
+    return {
+        "rows": rows, "total": len(cps),
+        "earlier": cps[start - 1].step if start > 0 else None,
+        "later": cps[min(len(cps), end + TIMELINE_PAGE) - 1].step if end < len(cps) else None,
+    }
