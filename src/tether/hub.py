@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,6 +37,15 @@ from .types import TERMINAL
 log = logging.getLogger("tether.hub")
 
 FINAL_EVENTS = frozenset({"completed", "failed", "cancelled"})
+_TRACEPARENT = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def valid_traceparent(value: str | None) -> str | None:
+    """`value` if it is a W3C traceparent of version 00, else None (an invalid one is
+    ignored, as the W3C recommendation says)."""
+    if isinstance(value, str) and _TRACEPARENT.fullmatch(value.strip()):
+        return value.strip()
+    return None
 
 
 if TYPE_CHECKING:
@@ -236,6 +246,7 @@ class EventHub:
                     traceparent: str | None = None, at: float = 0.0) -> str | None:
         """The trace context to store with a run being created (the first an observer gives),
         else `traceparent` as given."""
+        traceparent = valid_traceparent(traceparent)
         for o in self.observers:
             found = o.run_created(new, parent, traceparent, at)
             if found is not None:

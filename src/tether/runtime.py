@@ -50,6 +50,8 @@ from .retry import RetryPolicy
 from .state import apply
 from .store import make_store
 from .store.base import (
+    AUDIT_ACTIONS,
+    Audit,
     Lease,
     NewRun,
     RunRecord,
@@ -59,6 +61,7 @@ from .store.base import (
 from .tuning import worker_tuned
 from .types import (
     TERMINAL,
+    AuditEvent,
     Call,
     Checkpoint,
     Effect,
@@ -201,10 +204,27 @@ class Runtime:
         recs = await self.store.list_effects(thread_id=thread_id, status=status, limit=limit)
         return [effect_of(r) for r in recs]
 
-    async def retry_effect(self, key: str, thread_id: str | None = None) -> list[Effect]:
+    async def retry_effect(self, key: str, thread_id: str | None = None, *,
+                           actor: str | None = None) -> list[Effect]:
         """Retry dead effects with this key now, with a fresh attempt budget."""
         await self.open()
-        return [effect_of(r) for r in await self.store.retry_effect(key, thread_id)]
+        audit = _audit(actor, "effect.retry", thread_id, key, {"key": key})
+        return [effect_of(r) for r in await self.store.retry_effect(key, thread_id, audit=audit)]
+
+    async def audit(self, *, thread_id: str | None = None, action: str | None = None,
+                    limit: int = 100, before: int | None = None) -> list[AuditEvent]:
+        """The audit log of operator actions, newest first, by run and action; `before` is
+        the id of the last event seen (the next page)."""
+        if action is not None and action not in AUDIT_ACTIONS:
+            raise DefinitionError(f"unknown audit action {action!r}; one of: "
+                                  f"{', '.join(AUDIT_ACTIONS)}")
+        if not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise DefinitionError(f"limit must be within 1..10000, got {limit!r}")
+        await self.open()
+        recs = await self.store.list_audit(thread_id=thread_id, action=action, limit=limit,
+                                           before=before)
+        return [AuditEvent(r.id, r.at, r.actor, r.action, r.thread_id, r.target,
+                           serde.loads(r.details.encode())) for r in recs]
 
     def agent(self, name: str | Agent) -> Agent:
         return self.registry.agent(name)
@@ -264,11 +284,18 @@ class Runtime:
         thread_id: str | None = None,
         idempotency_key: str | None = None,
         version: str | None = None,
+        *,
+        actor: str | None = None,
+        traceparent: str | None = None,
     ) -> Run:
         """Create a queued run (the worker picks it up). The same idempotency key, or the same
         thread_id with the same input, returns the existing run; other input is RunConflict.
         The run's version: `version` if given, else the deployment weights' choice for its
-        thread_id (the same in every process), else this runtime's own version."""
+        thread_id (the same in every process), else this runtime's own version.
+        With `actor` (who asked: a person, a token's name), the start is recorded in the audit
+        log in the same transaction; the same goes for every operator action below.
+        `traceparent` (a W3C trace context, e.g. an HTTP request's) makes the run's trace a
+        child of that span."""
         a = self.agent(agent)
         if input is None:
             input = {}
@@ -303,7 +330,14 @@ class Runtime:
             input_hash=serde.digest(a.name.encode() + b"\0" + data),
             idempotency_key=idempotency_key,
         )
-        rec, created = await self._create(new)
+        if self.hub.observers or traceparent is not None:
+            trace = self.hub.run_created(new, None, traceparent, time.time())
+            if trace is not None:
+                new = dataclasses.replace(new, trace_context=trace)
+        audit = _audit(actor, "start", new.thread_id, new.thread_id,
+                       {"agent": a.name, "version": new.version,
+                        "idempotency_key": idempotency_key})
+        rec, created = await self._create(new, audit)
         if rec.step == 0:
             run = to_run(rec, serde.loads(rec.input))
         else:
@@ -312,17 +346,17 @@ class Runtime:
         depth = 0 if created else await self.store.inbox_depth(rec.thread_id)
         return dataclasses.replace(run, created=created, inbox_depth=depth)
 
-    async def _create(self, new: NewRun) -> tuple[RunRecord, bool]:
+    async def _create(self, new: NewRun, audit: Audit | None = None) -> tuple[RunRecord, bool]:
         """Insert the run (or find it there); when a worker of this process has a free slot,
         insert it leased to that worker and hand it over (no claim round trip, no wake-up of
         other workers)."""
         worker = (next((w for w in self._workers if w.reserve()), None)
                   if new.version == self.version else None)
         if worker is None:
-            return await self.store.create_run(new)
+            return await self.store.create_run(new, audit=audit)
         try:
             rec, created = await self.store.create_run(
-                new, lease=(worker.id, self.settings.lease_ttl))
+                new, lease=(worker.id, self.settings.lease_ttl), audit=audit)
         except BaseException:
             worker.unreserve()
             raise
@@ -423,7 +457,7 @@ class Runtime:
                     return await self._with_state(rec)
                 await self.hub.wait_status(thread_id, wanted, None)
 
-    async def retry(self, thread_id: str) -> Run:
+    async def retry(self, thread_id: str, *, actor: str | None = None) -> Run:
         """Run a failed run again from its failed step (after a fix to its code, say): the
         same thread_id, queued for any worker, with a new attempt and a fresh retry budget.
         Its committed steps stay; the failed step's journaled calls return their recorded
@@ -439,12 +473,13 @@ class Runtime:
         node = await self._next_node(rec, rec.step)
         if node is None:  # a failed run's last committed step never finished it
             raise InvalidState(f"run {thread_id!r} has no step to run again")
-        moved = await self.store.retry_run(thread_id, node)
+        moved = await self.store.retry_run(
+            thread_id, node, audit=_audit(actor, "retry", thread_id, thread_id, {"node": node}))
         if moved is None:
             raise InvalidState(f"run {thread_id!r} changed while being retried; look again")
         return await self._with_state(moved)
 
-    async def release_worker(self, worker_id: str) -> list[str]:
+    async def release_worker(self, worker_id: str, *, actor: str | None = None) -> list[str]:
         """Give back every run and effect `worker_id` leases now, instead of waiting out its
         lease TTL (for a worker known dead or stuck); any worker resumes them from their last
         checkpoint. A worker still alive is fenced out: it commits nothing more for them.
@@ -452,7 +487,8 @@ class Runtime:
         if not isinstance(worker_id, str) or not worker_id:
             raise DefinitionError("worker_id must be a non-empty string")
         await self.open()
-        return await self.store.release_worker(worker_id)
+        return await self.store.release_worker(
+            worker_id, audit=_audit(actor, "release", None, worker_id))
 
     async def _next_node(self, rec: RunRecord, step: int) -> str | None:
         """The node that runs after `step` of the run (the start node after step 0)."""
@@ -461,11 +497,12 @@ class Runtime:
         rows = await self.store.load_checkpoints(rec.thread_id, step)
         return rows[-1].next_node if rows else None
 
-    async def cancel(self, thread_id: str) -> Run:
+    async def cancel(self, thread_id: str, *, actor: str | None = None) -> Run:
         """Cancel a run now: queued/waiting/sleeping at once; a running run's in-flight step
         is abandoned (its commit is refused) and its node task cancelled."""
         await self.open()
-        rec = await self.store.cancel_run(thread_id, self.compensable)
+        rec = await self.store.cancel_run(thread_id, self.compensable,
+                                          audit=_audit(actor, "cancel", thread_id, thread_id))
         if rec is None:
             raise RunNotFound(f"no run with thread_id {thread_id!r}")
         for w in self._workers:
@@ -550,12 +587,16 @@ class Runtime:
         return await prune(self.store, policy, lock_ttl=self.settings.lease_ttl,
                            dry_run=dry_run, progress=progress)
 
-    async def send(self, thread_id: str, message: Any, *, sender: str | None = None) -> int:
+    async def send(self, thread_id: str, message: Any, *, sender: str | None = None,
+                   actor: str | None = None) -> int:
         """Put `message` in a run's mailbox from outside (waking it if it waits for mail).
         Raises RunNotFound for an unknown thread_id. Returns the message id."""
         data = serde.dumps(message, "message")
         await self.open()
-        return await self.store.send_message(thread_id, data, sender)
+        return await self.store.send_message(
+            thread_id, data, sender,
+            audit=_audit(actor, "send", thread_id, thread_id, {"sender": sender,
+                                                              "bytes": len(data)}))
 
     async def inbox(self, thread_id: str) -> list[Message]:
         """The run's unconsumed messages, oldest first."""
@@ -564,13 +605,16 @@ class Runtime:
                 for m in await self.store.load_inbox(thread_id)]
 
     async def resume(self, thread_id: str, value: Any = None, *,
-                     interrupt_id: str | None = None) -> Interrupt:
+                     interrupt_id: str | None = None, actor: str | None = None) -> Interrupt:
         """Answer the run's pending interrupt with `value` (JSON). Exactly once: a second or
         concurrent answer to the same interrupt raises ResumeConflict; a run that is not
         waiting for input raises InvalidState."""
         data = serde.dumps(value, "resume value")
         await self.open()
-        rec = await self.store.resume_interrupt(thread_id, data, interrupt_id)
+        rec = await self.store.resume_interrupt(
+            thread_id, data, interrupt_id,
+            audit=_audit(actor, "resume", thread_id, interrupt_id or thread_id,
+                         {"interrupt_id": interrupt_id}))
         if rec is not None:
             self.hub.emit(thread_id, {"type": "resumed", "interrupt_id": rec.id, "step": rec.step})
             return interrupt_of(rec)
@@ -594,7 +638,8 @@ class Runtime:
         recs = await self.store.list_interrupts(thread_id=thread_id, status=status, limit=limit)
         return [interrupt_of(r) for r in recs]
 
-    async def fork(self, thread_id: str, step: int, *, new_thread_id: str | None = None) -> Run:
+    async def fork(self, thread_id: str, step: int, *, new_thread_id: str | None = None,
+                   actor: str | None = None) -> Run:
         """A new run starting from the state after `step` of `thread_id` (time travel); it
         continues with the node that step chose. The new run records where it came from."""
         rec = await self._record(thread_id)
@@ -611,7 +656,12 @@ class Runtime:
             node=node, input=data, input_hash=serde.digest(rec.agent.encode() + b"\0" + data),
             forked_from=thread_id, forked_step=step,
         )
-        created, _ = await self.store.create_run(new)
+        if self.hub.observers:
+            trace = self.hub.run_created(new, None, None, time.time())
+            if trace is not None:
+                new = dataclasses.replace(new, trace_context=trace)
+        created, _ = await self.store.create_run(
+            new, audit=_audit(actor, "fork", thread_id, new.thread_id, {"step": step}))
         return to_run(created, state)
 
     def subscribe(self, thread_id: str) -> AsyncIterator[dict[str, Any]]:
@@ -714,3 +764,13 @@ class Runtime:
 
     async def _with_state(self, rec: RunRecord) -> Run:
         return to_run(rec, (await load_state(self.store, rec))[0])
+
+
+def _audit(actor: str | None, action: str, thread_id: str | None, target: str | None,
+           details: dict[str, Any] | None = None) -> Audit | None:
+    """The audit record of an operator action, when an actor is named."""
+    if actor is None:
+        return None
+    if not isinstance(actor, str) or not actor or len(actor) > 200 or "\x00" in actor:
+        raise DefinitionError("actor must be a non-empty string of at most 200 characters")
+    return Audit(actor, action, thread_id, target, details or {})

@@ -173,3 +173,22 @@ class Interrupt:
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    """An operator action, as the audit log recorded it (in the action's own transaction):
+    who (`actor`: the token's name over HTTP, the OS user on the CLI), when (`at`, database
+    clock), what (`action`, the run `thread_id` it concerns, its `target`), and `details`."""
+
+    id: int
+    at: float
+    actor: str
+    action: str
+    thread_id: str | None
+    target: str | None
+    details: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "at": self.at, "actor": self.actor, "action": self.action,
+                "thread_id": self.thread_id, "target": self.target, "details": self.details}

@@ -105,3 +105,54 @@ async def test_failures_carry_their_category_and_finality(
         (1, "exception", False), (2, "exception", False), (3, "exception", True)]
     assert all(s.status.status_code.name == "ERROR" for s in steps)
     assert all(e.name == "exception" for s in steps for e in s.events[-1:])
+
+
+async def test_post_runs_honours_a_traceparent_header(db_url: str) -> None:
+    import httpx
+
+    from tether.service import create_app
+
+    rt = app.make_runtime().with_db(db_url)
+    asgi = create_app(rt)
+    async with asgi.router.lifespan_context(asgi), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=asgi), base_url="http://t") as c:
+        body = {"agent": "obs", "input": {"steps": 1}}
+        ok = await c.post("/runs", json={**body, "thread_id": "tp"},
+                          headers={"traceparent": CALLER})
+        bad = await c.post("/runs", json={**body, "thread_id": "junk"},
+                           headers={"traceparent": "01-junk"})
+        assert ok.status_code == bad.status_code == 201
+        stored = await rt.store.get_run("tp")
+        junk = await rt.store.get_run("junk")
+        assert stored is not None and stored.trace_context == CALLER
+        assert junk is not None and junk.trace_context is None
+
+
+CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+async def test_a_callers_traceparent_becomes_the_runs_parent(
+        db_url: str, exporter: InMemorySpanExporter) -> None:
+    # Started where nothing traces: the caller's context is stored as the run's anchor.
+    plain = app.make_runtime().with_db(db_url)
+    async with plain:
+        run = await plain.start(app.agent, {"steps": 2}, traceparent=CALLER)
+        bad = await plain.start(app.agent, {"steps": 1}, traceparent="00-nonsense")
+    rt, provider = traced(db_url, exporter)
+    async with working(rt):
+        # Started where tracing is on: a tether.run anchor span, a child of the caller's.
+        traced_run = await rt.start(app.agent, {"steps": 1}, traceparent=CALLER)
+        for r in (run, bad, traced_run):
+            assert (await rt.wait(r.thread_id, timeout=WAIT)).status == "completed"
+    provider.force_flush()
+    caller_trace = 0x0af7651916cd43dd8448eb211c80319c
+    steps = spans_of(exporter, run.thread_id, "tether.step")
+    assert [s.context.trace_id for s in steps] == [caller_trace] * 2
+    assert {s.parent.span_id for s in steps if s.parent} == {0xb7ad6b7169203331}
+    [anchor] = spans_of(exporter, traced_run.thread_id, "tether.run")
+    assert anchor.context.trace_id == caller_trace and anchor.parent is not None
+    assert anchor.parent.span_id == 0xb7ad6b7169203331
+    [step] = spans_of(exporter, traced_run.thread_id, "tether.step")
+    assert step.parent is not None and step.parent.span_id == anchor.context.span_id
+    [ignored] = spans_of(exporter, bad.thread_id, "tether.step")
+    assert ignored.context.trace_id != caller_trace  # an invalid traceparent is ignored

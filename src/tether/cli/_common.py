@@ -93,6 +93,16 @@ def run(main: Coroutine[Any, Any, int], verbose: bool = False) -> int:
         return 130
 
 
+def cli_actor() -> str:
+    """Who the audit log names for the CLI's actions: the OS user."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in the environment or the password database
+        return f"uid:{os.getuid()}" if hasattr(os, "getuid") else "unknown"
+
+
 def dump(obj: Any) -> None:
     sys.stdout.write(serde.display(obj, orjson.OPT_INDENT_2).decode() + "\n")
 

@@ -6,7 +6,7 @@ import click
 import orjson
 
 from ..errors import InvalidState
-from ._common import POSITIVE_INT, connection_options, console, dump, json_option, run, runtime_for
+from ._common import POSITIVE_INT, cli_actor, connection_options, console, dump, json_option, run, runtime_for
 from ._root import cli
 
 
@@ -56,7 +56,7 @@ def retry(key: str, thread: str | None, db: str | None, app: str | None, verbose
     async def main() -> int:
         rt = runtime_for(db, app)
         try:
-            revived = await rt.retry_effect(key, thread)
+            revived = await rt.retry_effect(key, thread, actor=cli_actor())
         finally:
             await rt.close()
         if not revived:

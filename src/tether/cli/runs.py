@@ -16,6 +16,7 @@ from ._common import (
     POSITIVE_FLOAT,
     POSITIVE_INT,
     WaitTimeout,
+    cli_actor,
     connection_options,
     console,
     dump,
@@ -53,7 +54,8 @@ def start(agent: str, input_: str | None, thread_id: str | None, idempotency_key
         if not isinstance(data, dict):
             raise ConfigError("--input must be a JSON object")
         try:
-            r = await rt.start(agent, data, thread_id=thread_id, idempotency_key=idempotency_key)
+            r = await rt.start(agent, data, thread_id=thread_id, idempotency_key=idempotency_key,
+                               actor=cli_actor())
             if wait:
                 r = await _wait(rt, r, wait, None)
         finally:
@@ -191,7 +193,8 @@ def resume(thread_id: str, value: str, interrupt_id: str | None, db: str | None,
         except orjson.JSONDecodeError as exc:
             raise ConfigError(f"--value is not valid JSON: {exc}") from None
         try:
-            answered = await rt.resume(thread_id, answer, interrupt_id=interrupt_id)
+            answered = await rt.resume(thread_id, answer, interrupt_id=interrupt_id,
+                                       actor=cli_actor())
         finally:
             await rt.close()
         if as_json:
@@ -212,7 +215,7 @@ def cancel(thread_id: str, db: str | None, app: str | None, verbose: bool,
     async def main() -> int:
         rt = runtime_for(db, app)
         try:
-            r = await rt.cancel(thread_id)
+            r = await rt.cancel(thread_id, actor=cli_actor())
         finally:
             await rt.close()
         if as_json:
@@ -232,7 +235,7 @@ def retry(thread_id: str, db: str | None, app: str | None, verbose: bool, as_jso
     async def main() -> int:
         rt = runtime_for(db, app, need_app=True)
         try:
-            r = await rt.retry(thread_id)
+            r = await rt.retry(thread_id, actor=cli_actor())
         finally:
             await rt.close()
         if as_json:
@@ -259,7 +262,7 @@ def send(thread_id: str, message: str, sender: str | None, db: str | None, app: 
             raise ConfigError(f"--message is not valid JSON: {exc}") from None
         rt = runtime_for(db, app)
         try:
-            mid = await rt.send(thread_id, body, sender=sender)
+            mid = await rt.send(thread_id, body, sender=sender, actor=cli_actor())
         finally:
             await rt.close()
         if as_json:
@@ -283,7 +286,8 @@ def fork(thread_id: str, step: int, new_thread_id: str | None, db: str | None,
     async def main() -> int:
         rt = runtime_for(db, app, need_app=True)
         try:
-            r = await rt.fork(thread_id, step, new_thread_id=new_thread_id)
+            r = await rt.fork(thread_id, step, new_thread_id=new_thread_id,
+                               actor=cli_actor())
         finally:
             await rt.close()
         if as_json:

@@ -32,6 +32,9 @@ def is_loopback(host: str) -> bool:
               help="address to bind (default 127.0.0.1; any other needs a token)")
 @click.option("--port", type=PORT, default=8000, show_default=True, help="port to listen on")
 @click.option("--token", help="bearer token clients must send (default $TETHER_TOKEN)")
+@click.option("--token-name", metavar="NAME",
+              help="who the audit log names for actions made with the token "
+                   "(default $TETHER_TOKEN_NAME, else 'token'; 'anonymous' without a token)")
 @click.option("--worker", is_flag=True, help="also run a worker in this process")
 @click.option("--read-only", is_flag=True,
               help="serve views only: the dashboard shows no actions and the API refuses writes")
@@ -40,7 +43,8 @@ def is_loopback(host: str) -> bool:
 @click.option("--lease-ttl", type=POSITIVE_FLOAT, default=None,
               help="the embedded worker's lease TTL in seconds")
 @connection_options
-def serve(host: str, port: int, token: str | None, worker: bool, read_only: bool,
+def serve(host: str, port: int, token: str | None, token_name: str | None, worker: bool,
+          read_only: bool,
           concurrency: int, lease_ttl: float | None, db: str | None, app: str | None,
           verbose: bool) -> int:
     async def main() -> int:
@@ -58,9 +62,15 @@ def serve(host: str, port: int, token: str | None, worker: bool, read_only: bool
         rt = runtime_for(db, app, need_app=worker)
         if lease_ttl is not None:
             rt = rt.with_db(rt.db_url, lease_ttl=lease_ttl)
+        name = token_name or os.environ.get("TETHER_TOKEN_NAME") or None
+        if name is not None and (not name.strip() or len(name) > 200):
+            raise ConfigError("--token-name must be a non-empty name of at most 200 characters")
+        from .. import observe
+
+        shutdown = observe.enable_tracing_from_env(rt, "tether serve")  # bad OTEL_*: stop here
         await rt.open()  # a missing schema or unreachable database is a clear error
         asgi = create_app(rt, token=bearer, worker_concurrency=concurrency if worker else None,
-                          read_only=read_only)
+                          read_only=read_only, token_name=name)
         config = uvicorn.Config(
             asgi, host=host, port=port, lifespan="on", access_log=verbose,
             log_level="info" if verbose else "warning", timeout_graceful_shutdown=5,
@@ -85,6 +95,8 @@ def serve(host: str, port: int, token: str | None, worker: bool, read_only: bool
             for s, handler in previous.items():
                 signal.signal(s, handler)
             await rt.close()
+            for stop in shutdown:
+                stop()
         return 0 if server.started else 1
 
     return run(main(), verbose)

@@ -8,7 +8,7 @@ import time
 
 import click
 
-from ._common import connection_options, console, dump, json_option, run, runtime_for
+from ._common import cli_actor, connection_options, console, dump, json_option, run, runtime_for
 from ._root import cli
 
 
@@ -59,7 +59,7 @@ def release(worker_id: str, db: str | None, app: str | None, verbose: bool, as_j
     async def main() -> int:
         rt = runtime_for(db, app)
         try:
-            released = await rt.release_worker(worker_id)
+            released = await rt.release_worker(worker_id, actor=cli_actor())
         finally:
             await rt.close()
         if as_json:

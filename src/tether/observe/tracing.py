@@ -107,11 +107,13 @@ class Tracing:
         span) when given, linking its parent run's anchor when it is a child run."""
         attributes = {"tether.thread_id": new.thread_id, "tether.agent": new.agent,
                       "tether.version": new.version}
-        caller = parse_traceparent(traceparent)
-        context = set_span_in_context(NonRecordingSpan(caller)) if caller is not None else None
+        # Without a caller, the anchor's trace is the one derived from the thread_id: the same
+        # trace a worker would give the run had nothing traced its creation.
+        caller = parse_traceparent(traceparent) or derived_anchor(new.thread_id)
+        context = set_span_in_context(NonRecordingSpan(caller))
         links = []
         if parent is not None:
-            links.append(Link(anchor_of(parent.thread_id, getattr(parent, "trace_context", None))))
+            links.append(Link(anchor_of(parent.thread_id, parent.trace_context)))
             attributes["tether.parent_thread_id"] = parent.thread_id
         span = self.tracer.start_span("tether.run", context=context, attributes=attributes,
                                       links=links, start_time=_ns(at))
@@ -120,7 +122,7 @@ class Tracing:
 
     def run_observer(self, run: RunRecord, worker: str) -> RunObserver:
         observer = _RunTrace(self.tracer, run, worker)
-        if getattr(run, "trace_context", None):
+        if run.trace_context:
             self._remember(run.thread_id, observer.anchor)
         return observer
 
@@ -153,7 +155,7 @@ class _RunTrace:
 
     def __init__(self, tracer: Tracer, run: RunRecord, worker: str) -> None:
         self.tracer = tracer
-        stored = getattr(run, "trace_context", None)
+        stored = run.trace_context
         self.anchor = anchor_of(run.thread_id, stored)
         self.parent: OtelContext = set_span_in_context(NonRecordingSpan(self.anchor))
         self.attrs: dict[str, Any] = {"tether.thread_id": run.thread_id,

@@ -74,7 +74,7 @@ from .models import (
     WorkerOut,
     sse_schema,
 )
-from .observe import add_metrics_route, metrics_available, observing
+from .observe import add_audit_route, add_metrics_route, metrics_available, observing
 
 log = logging.getLogger("tether.service")
 
@@ -250,6 +250,7 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     events_poll: float = 0.25,
     read_only: bool = False,
+    token_name: str | None = None,
 ) -> FastAPI:
     """The HTTP API over `runtime`, and the dashboard under /ui. With `token`, every endpoint
     but /healthz requires `Authorization: Bearer <token>` (the dashboard asks for it once).
@@ -260,6 +261,8 @@ def create_app(
         raise ConfigError(f"worker_concurrency must be >= 1, got {worker_concurrency}")
     worker: dict[str, asyncio.Task[None]] = {}
     metrics = Metrics() if metrics_available() else None
+    # Who the audit log names for actions over HTTP: the token's name (one token, one name).
+    actor = token_name or ("token" if token else "anonymous")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -300,8 +303,10 @@ def create_app(
     app.add_middleware(_Guard, token=token or None, max_body=max_body_bytes, read_only=read_only)
     app.state.draining = False
     app.include_router(dashboard_router(runtime, token=token or None, read_only=read_only,
+                                        actor=actor,
                                         draining=lambda: app.state.draining))
     add_metrics_route(app, runtime, metrics)
+    add_audit_route(app, runtime)
 
     # -- errors ----------------------------------------------------------------------------
 
@@ -369,11 +374,16 @@ def create_app(
             alias="Idempotency-Key", min_length=1, max_length=MAX_ID,
             description="the same key returns the same run instead of starting another",
         )] = None,
+        traceparent: Annotated[str | None, Header(
+            max_length=128,
+            description="W3C trace context: the run's trace becomes a child of this span",
+        )] = None,
     ) -> RunOut:
         """Start a run (a worker picks it up)."""
         _check_json(body.input, "input")
         run = await runtime.start(body.agent, body.input, thread_id=body.thread_id,
-                                  idempotency_key=idempotency_key)
+                                  idempotency_key=idempotency_key, actor=actor,
+                                  traceparent=traceparent)
         if not run.created:
             response.status_code = 200
         return RunOut.of(run)
@@ -408,21 +418,22 @@ def create_app(
     async def resume_run(thread_id: ThreadId, body: ResumeRun) -> InterruptOut:
         """Answer the run's pending interrupt (exactly once: a second answer is a 409)."""
         _check_json(body.value, "value")
-        rec = await runtime.resume(thread_id, body.value, interrupt_id=body.interrupt_id)
+        rec = await runtime.resume(thread_id, body.value, interrupt_id=body.interrupt_id,
+                                   actor=actor)
         return InterruptOut.of(rec)
 
     @app.post("/runs/{thread_id}/cancel", response_model=RunOut, tags=["runs"],
               responses=_errors(401, 404, 422))
     async def cancel_run(thread_id: ThreadId) -> RunOut:
         """Cancel the run now (a finished run is returned unchanged)."""
-        return RunOut.of(await runtime.cancel(thread_id))
+        return RunOut.of(await runtime.cancel(thread_id, actor=actor))
 
     @app.post("/runs/{thread_id}/retry", response_model=RunOut, tags=["runs"],
               responses=_errors(401, 404, 409, 422))
     async def retry_run(thread_id: ThreadId) -> RunOut:
         """Run a failed run again from its failed step (same thread_id, a new attempt); 409
         unless it is failed."""
-        return RunOut.of(await runtime.retry(thread_id))
+        return RunOut.of(await runtime.retry(thread_id, actor=actor))
 
     @app.get("/runs/{thread_id}/checkpoints", response_model=CheckpointList, tags=["runs"],
              responses=_errors(401, 404, 422))
@@ -438,7 +449,8 @@ def create_app(
               responses=_errors(400, 401, 404, 409, 413, 422))
     async def fork_run(thread_id: ThreadId, body: ForkRun) -> RunOut:
         """A new run starting from the state after `step` of this one."""
-        return RunOut.of(await runtime.fork(thread_id, body.step, new_thread_id=body.thread_id))
+        return RunOut.of(await runtime.fork(thread_id, body.step, new_thread_id=body.thread_id,
+                                            actor=actor))
 
     @app.post("/runs/{thread_id}/messages", status_code=201, response_model=MessageOut,
               tags=["messages"], responses=_errors(400, 401, 404, 409, 413, 422))
@@ -446,7 +458,7 @@ def create_app(
         """Put a message in the run's mailbox (waking it if it is idle, waiting for mail); 409
         for a finished run, which could never read it."""
         _check_json(body.message, "message")
-        mid = await runtime.send(thread_id, body.message, sender=body.sender)
+        mid = await runtime.send(thread_id, body.message, sender=body.sender, actor=actor)
         return MessageOut(id=mid, thread_id=thread_id, sender=body.sender, message=body.message)
 
     @app.get("/runs/{thread_id}/messages", response_model=MessageList, tags=["messages"],

@@ -94,10 +94,11 @@ def dashboard_router(
     read_only: bool = False,
     live_poll: float = 0.5,
     draining: Callable[[], bool] = lambda: False,
+    actor: str = "anonymous",
 ) -> APIRouter:
     """The dashboard's routes, all under /ui and none in the OpenAPI schema. With `token`,
     every page and action needs a session made by signing in with it; `read_only` shows the
-    views without any action."""
+    views without any action. The audit log names `actor` for its actions."""
     auth = UiAuth(token)
     hub = LiveHub(live_poll)
     env = environment()
@@ -509,7 +510,7 @@ def dashboard_router(
     async def do_cancel(request: Request, fields: dict[str, str]) -> Response:
         tid = check_id(request.path_params["thread_id"], "thread_id")
         try:
-            await runtime.cancel(tid)
+            await runtime.cancel(tid, actor=actor)
         except RunNotFound:
             raise Refused(404, f"No run with thread_id {tid!r}; nothing was cancelled.") from None
         record(request, "cancel", thread_id=tid)
@@ -532,7 +533,7 @@ def dashboard_router(
         if not raw.isdigit():
             raise Refused(400, f"Step must be a whole number, got {raw!r}; nothing was forked.")
         try:
-            new = await runtime.fork(tid, int(raw))
+            new = await runtime.fork(tid, int(raw), actor=actor)
         except RunNotFound:
             raise Refused(404, f"No run with thread_id {tid!r}; nothing was forked.") from None
         except InvalidState as exc:
@@ -552,7 +553,7 @@ def dashboard_router(
             raise Refused(400, f"Value (JSON) is not valid JSON ({exc}). Nothing was "
                                "answered.") from None
         try:
-            await runtime.resume(tid, value, interrupt_id=iid)
+            await runtime.resume(tid, value, interrupt_id=iid, actor=actor)
         except ResumeConflict as exc:
             raise Refused(409, f"Someone answered first: {exc}. Your answer was not "
                                "recorded.") from None
@@ -567,7 +568,7 @@ def dashboard_router(
     async def do_retry(request: Request, fields: dict[str, str]) -> Response:
         key = check_id(fields.get("key"), "Effect key")
         tid = check_id(fields.get("thread_id"), "thread_id")
-        retried = await runtime.retry_effect(key, tid)
+        retried = await runtime.retry_effect(key, tid, actor=actor)
         if not retried:
             raise Refused(409, f"No dead effect {key!r} in run {tid!r} (it may have been "
                                "retried already); nothing was changed.")

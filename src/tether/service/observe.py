@@ -1,18 +1,22 @@
 """/metrics: the Prometheus text format, with this process's worker counters (when it runs
-one) and the store-wide gauges (cached, one query every few seconds at most)."""
+one) and the store-wide gauges (cached, one query every few seconds at most); /audit: the
+audit log of operator actions."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Query, Response
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from ..extras import install_hint
 from ..observe.gauges import StoreGauges
 from ..observe.metrics import Metrics
 from ..runtime import Runtime
+from ..store.base import AUDIT_ACTIONS
 
 
 def metrics_available() -> bool:
@@ -59,3 +63,38 @@ def add_metrics_route(app: FastAPI, runtime: Runtime, metrics: Metrics | None,
 
         await gauges.refresh()
         return Response(generate_latest(metrics.registry()), media_type=CONTENT_TYPE_LATEST)
+
+
+class AuditOut(BaseModel):
+    id: int
+    at: float
+    actor: str
+    action: str
+    thread_id: str | None
+    target: str | None
+    details: dict[str, Any]
+
+
+class AuditList(BaseModel):
+    events: list[AuditOut]
+    next: int | None
+    """Pass as `before` for the next (older) page; null on the last page."""
+
+
+ACTION = "^(" + "|".join(a.replace(".", r"\.") for a in AUDIT_ACTIONS) + ")$"
+
+
+def add_audit_route(app: FastAPI, runtime: Runtime) -> None:
+    @app.get("/audit", response_model=AuditList, tags=["audit"])
+    async def audit_log(
+        thread_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+        action: Annotated[str | None, Query(pattern=ACTION)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        before: Annotated[int | None, Query(ge=1)] = None,
+    ) -> AuditList:
+        """Operator actions, newest first (start, resume, cancel, fork, send, retry, release,
+        effect.retry, and the deployment and retention actions), by run and action."""
+        events = await runtime.audit(thread_id=thread_id, action=action, limit=limit,
+                                     before=before)
+        return AuditList(events=[AuditOut(**e.to_dict()) for e in events],
+                         next=events[-1].id if len(events) == limit else None)

@@ -44,6 +44,8 @@ class RunRecord:
     forked_step: int | None
     created_at: float
     updated_at: float
+    trace_context: str | None = None
+    """The W3C traceparent of the run's trace anchor, if one was stored (tether.observe)."""
 
 
 RUN_COLUMNS = tuple(RunRecord.__dataclass_fields__)
@@ -61,6 +63,7 @@ class NewRun:
     parent_thread_id: str | None = None
     forked_from: str | None = None
     forked_step: int | None = None
+    trace_context: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,7 +302,8 @@ def finished_run(run: RunRecord, commit: StepCommit, updated_at: float) -> RunRe
         input_hash=run.input_hash, idempotency_key=run.idempotency_key, lease_owner=None,
         lease_expires_at=None, epoch=commit.lease.epoch, wake_at=None, waiting_for=None,
         error=run.error, parent_thread_id=run.parent_thread_id, forked_from=run.forked_from,
-        forked_step=run.forked_step, created_at=run.created_at, updated_at=updated_at)
+        forked_step=run.forked_step, created_at=run.created_at, updated_at=updated_at,
+        trace_context=run.trace_context)
 
 
 def same_run(existing: RunRecord, new: NewRun, by: str) -> RunRecord:
@@ -331,6 +335,44 @@ class StatusCounts:
         return cls(runs, effects)
 
 
+AUDIT_ACTIONS = ("start", "resume", "cancel", "fork", "send", "retry", "release", "route",
+                 "drain", "retire", "upgrade", "effect.retry", "prune")
+"""Operator actions the audit log records (DESIGN's list, and the runs' retry and release)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Audit:
+    """An operator action to record with the action itself. A Store method taking `audit=`
+    writes the row in the action's own transaction, only when the action happened (a refused
+    or failed action leaves none). `actor`: the token's name over HTTP, the OS user on the
+    CLI; `thread_id`: the run acted on (None for deployment actions); `target`: what was acted
+    on (a thread_id, a version, an effect key); `details`: a JSON object."""
+
+    actor: str
+    action: str
+    thread_id: str | None = None
+    target: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def params(self) -> dict[str, Any]:
+        """The insert_audit query's parameters."""
+        import orjson
+
+        return {"actor": self.actor, "action": self.action, "thread_id": self.thread_id,
+                "target": self.target, "details": orjson.dumps(self.details).decode()}
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    id: int
+    at: float
+    actor: str
+    action: str
+    thread_id: str | None
+    target: str | None
+    details: str  # JSON
+
+
 class Store(Protocol):
     """Async persistence for runs, checkpoints, journal, leases (and later outbox, mail)."""
 
@@ -356,7 +398,7 @@ class Store(Protocol):
         """The database clock."""
 
     async def create_run(
-        self, new: NewRun, lease: tuple[str, float] | None = None
+        self, new: NewRun, lease: tuple[str, float] | None = None, audit: Audit | None = None
     ) -> tuple[RunRecord, bool]:
         """Insert a queued run, or return the existing one (created=False) when the same
         idempotency key or the same thread_id with the same agent and input exists. A
@@ -394,12 +436,13 @@ class Store(Protocol):
     async def release_runs(self, leases: Sequence[Lease]) -> None:
         """Give leased runs back (status queued, lease cleared) so any worker resumes them."""
 
-    async def release_worker(self, worker: str) -> list[str]:
+    async def release_worker(self, worker: str, audit: Audit | None = None) -> list[str]:
         """An operator's release of everything `worker` leases, whatever its expiry: its
         running runs become queued and its running effects pending, each epoch bumped (a
         worker still alive commits nothing more for them). Returns the runs released."""
 
-    async def retry_run(self, thread_id: str, node: str) -> RunRecord | None:
+    async def retry_run(self, thread_id: str, node: str, audit: Audit | None = None
+                        ) -> RunRecord | None:
         """Move a failed run back to queued at `node` (its failed step), error and failure
         count cleared, attempt count kept. None (nothing written) if the run is not failed."""
 
@@ -436,7 +479,8 @@ class Store(Protocol):
         queued for the run's effects named in `compensate`; otherwise the run is released as
         queued, claimable from `wake_at`. Fenced; raises LeaseLost."""
 
-    async def send_message(self, thread_id: str, message: bytes, sender: str | None = None) -> int:
+    async def send_message(self, thread_id: str, message: bytes, sender: str | None = None,
+                           audit: Audit | None = None) -> int:
         """Deliver a message from outside a step, waking the recipient if it waits for mail.
         Returns the message id; raises RunNotFound for an unknown thread_id and InvalidState
         (`mail_refused`) for a finished run, which can never read it."""
@@ -454,7 +498,8 @@ class Store(Protocol):
         all finished meanwhile leaves the run queued. Fenced; raises LeaseLost."""
 
     async def resume_interrupt(
-        self, thread_id: str, value: bytes, interrupt_id: str | None = None
+        self, thread_id: str, value: bytes, interrupt_id: str | None = None,
+        audit: Audit | None = None,
     ) -> InterruptRecord | None:
         """Answer the run's pending interrupt (or the one with `interrupt_id`) exactly once:
         the value is journaled for the re-executed node and the run becomes queued, in one
@@ -469,7 +514,7 @@ class Store(Protocol):
         """Interrupts oldest first (the inbox a person answers)."""
 
     async def cancel_run(
-        self, thread_id: str, compensate: Sequence[str] = ()
+        self, thread_id: str, compensate: Sequence[str] = (), audit: Audit | None = None
     ) -> RunRecord | None:
         """Cancel a non-terminal run and its descendants at once, bumping their epochs so
         their holders commit nothing more, withdraw their pending interrupts, and queue
@@ -509,7 +554,8 @@ class Store(Protocol):
         self, *, thread_id: str | None = None, status: str | None = None, limit: int = 100
     ) -> list[EffectRecord]: ...
 
-    async def retry_effect(self, key: str, thread_id: str | None = None) -> list[EffectRecord]:
+    async def retry_effect(self, key: str, thread_id: str | None = None,
+                           audit: Audit | None = None) -> list[EffectRecord]:
         """Make dead effects with this key pending again with a fresh attempt budget."""
 
     async def load_checkpoints(
@@ -578,3 +624,8 @@ class Store(Protocol):
         their status; queued and due ones are announced to `to_version`'s workers. Returns the
         candidates as locked (before the move)."""
 
+    async def list_audit(
+        self, *, thread_id: str | None = None, action: str | None = None, limit: int = 100,
+        before: int | None = None,
+    ) -> list[AuditRecord]:
+        """Audit rows newest first, by run and action; `before` is the last id seen."""

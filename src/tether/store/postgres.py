@@ -32,6 +32,8 @@ from .base import (
     RUN_COLUMNS,
     SLEEP_CALL,
     TERMINAL,
+    Audit,
+    AuditRecord,
     CheckpointRecord,
     DeploymentRecord,
     EffectRecord,
@@ -190,10 +192,17 @@ class PostgresStore:
     # -- runs ------------------------------------------------------------------------------
 
     async def create_run(
-        self, new: NewRun, lease: tuple[str, float] | None = None
+        self, new: NewRun, lease: tuple[str, float] | None = None, audit: Audit | None = None
     ) -> tuple[RunRecord, bool]:
-        # Through the writer: concurrent starts are group-committed like steps.
-        row = await self._committer.write(self._q["create_run"], new_run_params(new, lease), new.thread_id)
+        # Through the writer: concurrent starts are group-committed like steps (an audited
+        # one is its own transaction, with its audit row).
+        if audit is None:
+            row = await self._committer.write(self._q["create_run"], new_run_params(new, lease),
+                                              new.thread_id)
+        else:
+            rows = await self._audited(self._q["create_run"], new_run_params(new, lease), audit,
+                                       lambda rows: bool(rows and rows[0][0]))
+            row = rows[0] if rows else None
         if row is not None:
             run, created = _run(row[1:1 + _RUN_WIDTH]), bool(row[0])
             if created:
@@ -265,7 +274,7 @@ class PostgresStore:
         await self._conns.fetchall(self._q["release_runs"], params, idempotent=True)
         self.work_available.set()
 
-    async def release_worker(self, worker: str) -> list[str]:
+    async def release_worker(self, worker: str, audit: Audit | None = None) -> list[str]:
         q, params = self._q, {"worker": worker}
 
         async def body(conn: Conn) -> tuple[list[str], bool]:
@@ -273,7 +282,10 @@ class PostgresStore:
                 await conn.execute(BEGIN)
                 runs = await conn.execute(q["release_worker_runs"], params)
                 effects = await conn.execute(q["release_worker_effects"], params)
-            return [r[0] for r in await runs.fetchall()], bool(await effects.fetchall())
+            released = [r[0] for r in await runs.fetchall()], bool(await effects.fetchall())
+            if audit is not None and (released[0] or released[1]):
+                await conn.execute(q["insert_audit"], audit.params())
+            return released
 
         released, effects = await self._conns.transaction(body)
         self.work_available.set()
@@ -281,8 +293,10 @@ class PostgresStore:
             self.effects_available.set()
         return released
 
-    async def retry_run(self, thread_id: str, node: str) -> RunRecord | None:
-        rows = await self._conns.fetchall(self._q["retry_run"], {"thread_id": thread_id, "node": node})
+    async def retry_run(self, thread_id: str, node: str, audit: Audit | None = None
+                        ) -> RunRecord | None:
+        rows = await self._audited(self._q["retry_run"], {"thread_id": thread_id, "node": node},
+                                   audit, bool)
         if not rows:
             return None
         self.work_available.set()
@@ -429,7 +443,7 @@ class PostgresStore:
         self.work_available.set()
 
     async def cancel_run(
-        self, thread_id: str, compensate: Sequence[str] = ()
+        self, thread_id: str, compensate: Sequence[str] = (), audit: Audit | None = None
     ) -> RunRecord | None:
         q = self._q
         params = {"thread_id": thread_id, "names": list(compensate),
@@ -439,9 +453,11 @@ class PostgresStore:
             async with conn.pipeline():
                 await conn.execute(BEGIN)
                 await conn.execute(q["lock_tree"], {"thread_id": thread_id})
-                await conn.execute(q["cancel_tree"], params)
+                cancelled = await conn.execute(q["cancel_tree"], params)
                 cur = await conn.execute(q["get_run"], {"thread_id": thread_id})
             row = await cur.fetchone()
+            if audit is not None and await cancelled.fetchall():
+                await conn.execute(q["insert_audit"], audit.params())
             return None if row is None else _run(row)
 
         run = await self._conns.transaction(body)
@@ -453,7 +469,8 @@ class PostgresStore:
     # -- mail ------------------------------------------------------------------------------
 
     async def send_message(
-        self, thread_id: str, message: bytes, sender: str | None = None
+        self, thread_id: str, message: bytes, sender: str | None = None,
+        audit: Audit | None = None,
     ) -> int:
         q = self._q
 
@@ -471,6 +488,8 @@ class PostgresStore:
                 if found is None:
                     raise RunNotFound(f"no run with thread_id {thread_id!r}")
                 raise mail_refused(thread_id, _run(found).status)
+            if audit is not None:
+                await conn.execute(q["insert_audit"], audit.params())
             return int(row[0])
 
         mid = await self._conns.transaction(body)
@@ -493,13 +512,18 @@ class PostgresStore:
     # -- interrupts ------------------------------------------------------------------------
 
     async def resume_interrupt(
-        self, thread_id: str, value: bytes, interrupt_id: str | None = None
+        self, thread_id: str, value: bytes, interrupt_id: str | None = None,
+        audit: Audit | None = None,
     ) -> InterruptRecord | None:
         params = {"thread_id": thread_id, "value": value, "id": interrupt_id,
                   "name": INTERRUPT_CALL}
         # One statement, group-committed: concurrent resumes of many runs share a commit;
         # two answers to one interrupt in one batch see each other (the second finds none).
-        row = await self._committer.write(self._q["resume_interrupt"], params, thread_id)
+        if audit is None:
+            row = await self._committer.write(self._q["resume_interrupt"], params, thread_id)
+        else:
+            rows = await self._audited(self._q["resume_interrupt"], params, audit, bool)
+            row = rows[0] if rows else None
         if row is None:
             return None
         self.work_available.set()
@@ -581,8 +605,10 @@ class PostgresStore:
         params = {"thread_id": thread_id, "status": status, "limit": limit}
         return [EffectRecord(*r) for r in await self._conns.read(self._q["list_effects"], params)]
 
-    async def retry_effect(self, key: str, thread_id: str | None = None) -> list[EffectRecord]:
-        rows = await self._conns.fetchall(self._q["retry_effect"], {"key": key, "thread_id": thread_id})
+    async def retry_effect(self, key: str, thread_id: str | None = None,
+                           audit: Audit | None = None) -> list[EffectRecord]:
+        rows = await self._audited(self._q["retry_effect"], {"key": key, "thread_id": thread_id},
+                                   audit, bool)
         if rows:
             self.effects_available.set()
         return [EffectRecord(*r[:15]) for r in rows]
@@ -691,3 +717,28 @@ class PostgresStore:
             return found
 
         return await self._conns.transaction(body)
+
+    async def _audited(self, query: bytes, params: Params, audit: Audit | None,
+                       happened: Callable[[list[TupleRow]], bool]) -> list[TupleRow]:
+        """One statement's rows, and (in its transaction) the audit row when `happened`."""
+        if audit is None:
+            return await self._conns.fetchall(query, params)
+        insert = self._q["insert_audit"]
+
+        async def body(conn: Conn) -> list[TupleRow]:
+            async with conn.pipeline():
+                await conn.execute(BEGIN)
+                cur = await conn.execute(query, params)
+            rows = await cur.fetchall()
+            if happened(rows):
+                await conn.execute(insert, audit.params())
+            return rows
+
+        return await self._conns.transaction(body)
+
+    async def list_audit(
+        self, *, thread_id: str | None = None, action: str | None = None, limit: int = 100,
+        before: int | None = None,
+    ) -> list[AuditRecord]:
+        params = {"thread_id": thread_id, "action": action, "limit": limit, "before": before}
+        return [AuditRecord(*r) for r in await self._conns.read(self._q["list_audit"], params)]

@@ -21,6 +21,8 @@ from .base import (
     INTERRUPT_CALL,
     SLEEP_CALL,
     TERMINAL,
+    Audit,
+    AuditRecord,
     CheckpointRecord,
     DeploymentRecord,
     EffectRecord,
@@ -117,7 +119,7 @@ class SQLiteStore:
     # -- runs ------------------------------------------------------------------------------
 
     async def create_run(
-        self, new: NewRun, lease: tuple[str, float] | None = None
+        self, new: NewRun, lease: tuple[str, float] | None = None, audit: Audit | None = None
     ) -> tuple[RunRecord, bool]:
         q = self._q
 
@@ -134,7 +136,7 @@ class SQLiteStore:
                 raise RunConflict(f"idempotency key {new.idempotency_key!r} is already used")
             return same_run(_run(row), new, "thread_id"), False
 
-        if lease is not None and new.idempotency_key is None:
+        if lease is not None and new.idempotency_key is None and audit is None:
             # The common start: batched with the others of its group commit, the record built
             # here (the clock is this machine's either way). A thread_id that exists is left
             # to `job`.
@@ -142,14 +144,15 @@ class SQLiteStore:
             run = RunRecord(
                 new.thread_id, new.agent, new.version, "running", new.node, 0, 1, 0, new.input,
                 new.input_hash, None, lease[0], now + lease[1], 1, None, None, None,
-                new.parent_thread_id, new.forked_from, new.forked_step, now, now)
+                new.parent_thread_id, new.forked_from, new.forked_step, now, now,
+                new.trace_context)
             return cast(tuple[RunRecord, bool], await self._w(Fenced(
                 q["insert_fresh_run"],
                 (new.thread_id, new.agent, new.version, new.node, new.input, new.input_hash,
                  new.parent_thread_id, new.forked_from, new.forked_step, lease[0],
-                 run.lease_expires_at, now),
+                 run.lease_expires_at, now, new.trace_context),
                 "", result=(run, True), fallback=job)))
-        run, created = await self._w(job)
+        run, created = await self._w(self._audited(job, audit, lambda r: r[1]))
         if created and lease is None:
             self.work_available.set()
         return run, created
@@ -213,22 +216,25 @@ class SQLiteStore:
         await self._w(lambda c: c.executemany(q, params))
         self.work_available.set()
 
-    async def release_worker(self, worker: str) -> list[str]:
+    async def release_worker(self, worker: str, audit: Audit | None = None) -> list[str]:
         q, params = self._q, {"worker": worker}
 
         def job(conn: sqlite3.Connection) -> tuple[list[str], bool]:
             runs = [r[0] for r in conn.execute(q["release_worker_runs"], params).fetchall()]
             return runs, bool(conn.execute(q["release_worker_effects"], params).fetchall())
 
-        released, effects = await self._w(job)
+        released, effects = await self._w(self._audited(job, audit, lambda r: bool(r[0] or r[1])))
         self.work_available.set()
         if effects:
             self.effects_available.set()
         return cast(list[str], released)
 
-    async def retry_run(self, thread_id: str, node: str) -> RunRecord | None:
+    async def retry_run(self, thread_id: str, node: str, audit: Audit | None = None
+                        ) -> RunRecord | None:
         q = self._q["retry_run"]
-        row = await self._w(lambda c: c.execute(q, {"thread_id": thread_id, "node": node}).fetchone())
+        row = await self._w(self._audited(
+            lambda c: c.execute(q, {"thread_id": thread_id, "node": node}).fetchone(), audit,
+            lambda r: r is not None))
         if row is None:
             return None
         self.work_available.set()
@@ -292,7 +298,8 @@ class SQLiteStore:
             self.effects_available.set()
         return _run(row) if wakes.terminal else None
 
-    async def send_message(self, thread_id: str, message: bytes, sender: str | None = None) -> int:
+    async def send_message(self, thread_id: str, message: bytes, sender: str | None = None,
+                           audit: Audit | None = None) -> int:
         q = self._q
 
         def job(conn: sqlite3.Connection) -> int:
@@ -306,7 +313,7 @@ class SQLiteStore:
             conn.execute(q["wake_for_mail"], {"thread_id": thread_id})
             return int(cur.lastrowid or 0)
 
-        mid: int = await self._w(job)
+        mid: int = await self._w(self._audited(job, audit, lambda r: True))
         self.work_available.set()
         return mid
 
@@ -405,7 +412,8 @@ class SQLiteStore:
         self.work_available.set()
 
     async def resume_interrupt(
-        self, thread_id: str, value: bytes, interrupt_id: str | None = None
+        self, thread_id: str, value: bytes, interrupt_id: str | None = None,
+        audit: Audit | None = None,
     ) -> InterruptRecord | None:
         q = self._q
 
@@ -421,7 +429,8 @@ class SQLiteStore:
             got = conn.execute(q["get_interrupt"], {"id": iid}).fetchone()
             return InterruptRecord(*got)
 
-        rec: InterruptRecord | None = await self._w(job)
+        rec: InterruptRecord | None = await self._w(self._audited(job, audit,
+                                                                  lambda r: r is not None))
         if rec is not None:
             self.work_available.set()
         return rec
@@ -440,7 +449,7 @@ class SQLiteStore:
         return [InterruptRecord(*r) for r in rows]
 
     async def cancel_run(
-        self, thread_id: str, compensate: Sequence[str] = ()
+        self, thread_id: str, compensate: Sequence[str] = (), audit: Audit | None = None
     ) -> RunRecord | None:
         q = self._q
         comp_names = orjson.dumps(list(compensate)).decode()
@@ -454,6 +463,8 @@ class SQLiteStore:
                     "thread_id": tid, "step": COMPENSATION_STEP, "names": comp_names})
             if cancelled:
                 conn.execute(q["wake_parent"], {"thread_id": thread_id})
+                if audit is not None:
+                    conn.execute(q["insert_audit"], audit.params())
             row = conn.execute(q["get_run"], {"thread_id": thread_id}).fetchone()
             return None if row is None else _run(row)
 
@@ -544,9 +555,11 @@ class SQLiteStore:
         rows = await self._r(lambda c: c.execute(q, params).fetchall())
         return [EffectRecord(*r) for r in rows]
 
-    async def retry_effect(self, key: str, thread_id: str | None = None) -> list[EffectRecord]:
+    async def retry_effect(self, key: str, thread_id: str | None = None,
+                           audit: Audit | None = None) -> list[EffectRecord]:
         q = self._q["retry_effect"]
-        rows = await self._w(lambda c: c.execute(q, {"key": key, "thread_id": thread_id}).fetchall())
+        rows = await self._w(self._audited(
+            lambda c: c.execute(q, {"key": key, "thread_id": thread_id}).fetchall(), audit, bool))
         if rows:
             self.effects_available.set()
         return [EffectRecord(*r) for r in rows]
@@ -569,6 +582,29 @@ class SQLiteStore:
             return [tuple(r) for r in await self._r(lambda c: c.execute(q, params).fetchall())]
 
         return await measure_load(query, await self.now(), window)
+
+    def _audited(self, job: Callable[[sqlite3.Connection], T], audit: Audit | None,
+                 happened: Callable[[T], bool]) -> Callable[[sqlite3.Connection], T]:
+        """`job`, then (in its transaction) the audit row when `happened(its result)`."""
+        if audit is None:
+            return job
+        q = self._q["insert_audit"]
+
+        def audited(conn: sqlite3.Connection) -> T:
+            result = job(conn)
+            if happened(result):
+                conn.execute(q, audit.params())
+            return result
+
+        return audited
+
+    async def list_audit(
+        self, *, thread_id: str | None = None, action: str | None = None, limit: int = 100,
+        before: int | None = None,
+    ) -> list[AuditRecord]:
+        q = self._q["list_audit"]
+        params = {"thread_id": thread_id, "action": action, "limit": limit, "before": before}
+        return [AuditRecord(*r) for r in await self._r(lambda c: c.execute(q, params).fetchall())]
 
     async def status_counts(self) -> StatusCounts:
         q = self._q["status_counts"]

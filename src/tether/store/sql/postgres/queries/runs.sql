@@ -16,7 +16,8 @@ WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS 
 ins AS (
     INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash,
                       idempotency_key, parent_thread_id, forked_from, forked_step,
-                      lease_owner, lease_expires_at, epoch, attempt, created_at, updated_at)
+                      lease_owner, lease_expires_at, epoch, attempt, created_at, updated_at,
+                      trace_context)
     SELECT %(thread_id)s, %(agent)s, %(version)s,
            CASE WHEN %(lease_owner)s::text IS NULL THEN 'queued' ELSE 'running' END,
            %(node)s, %(input)s, %(input_hash)s,
@@ -24,7 +25,7 @@ ins AS (
            %(lease_owner)s::text, t.now + %(lease_ttl)s::float8,
            CASE WHEN %(lease_owner)s::text IS NULL THEN 0 ELSE 1 END,
            CASE WHEN %(lease_owner)s::text IS NULL THEN 0 ELSE 1 END,
-           t.now, t.now
+           t.now, t.now, %(trace_context)s::text
     FROM t
     ON CONFLICT DO NOTHING
     RETURNING {{run_columns}}
@@ -49,14 +50,14 @@ UNION ALL
 WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now)
 INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash, idempotency_key,
                   parent_thread_id, forked_from, forked_step, lease_owner, lease_expires_at,
-                  epoch, attempt, created_at, updated_at)
+                  epoch, attempt, created_at, updated_at, trace_context)
 SELECT r.thread_id, r.agent, r.version, 'running', r.node, convert_to(r.input, 'UTF8'),
        r.input_hash, NULL, r.parent_thread_id, r.forked_from, r.forked_step, r.lease_owner,
-       t.now + r.lease_ttl, 1, 1, t.now, t.now
+       t.now + r.lease_ttl, 1, 1, t.now, t.now, r.trace_context
 FROM json_to_recordset(%(rows)s::json)
     AS r(thread_id text, agent text, version text, node text, input text, input_hash text,
          parent_thread_id text, forked_from text, forked_step bigint, lease_owner text,
-         lease_ttl float8),
+         lease_ttl float8, trace_context text),
      t
 ON CONFLICT DO NOTHING
 RETURNING true, {{run_columns}}, 0;

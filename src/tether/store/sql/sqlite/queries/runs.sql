@@ -6,7 +6,7 @@
 -- makes insert-or-return atomic.
 INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash, idempotency_key,
                   parent_thread_id, forked_from, forked_step, lease_owner, lease_expires_at,
-                  epoch, attempt, created_at, updated_at)
+                  epoch, attempt, created_at, updated_at, trace_context)
 VALUES (:thread_id, :agent, :version,
         CASE WHEN :lease_owner IS NULL THEN 'queued' ELSE 'running' END,
         :node, :input, :input_hash, :idempotency_key,
@@ -15,7 +15,8 @@ VALUES (:thread_id, :agent, :version,
              ELSE (julianday('now') - 2440587.5) * 86400.0 + :lease_ttl END,
         CASE WHEN :lease_owner IS NULL THEN 0 ELSE 1 END,
         CASE WHEN :lease_owner IS NULL THEN 0 ELSE 1 END,
-        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
+        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0,
+        :trace_context)
 ON CONFLICT DO NOTHING
 RETURNING {{run_columns}};
 
@@ -23,11 +24,12 @@ RETURNING {{run_columns}};
 -- insert_run's common case, batched: a run without idempotency key created leased to a
 -- worker of the starting process. Positional parameters (thread_id, agent, version, node,
 -- input, input_hash, parent_thread_id, forked_from, forked_step, lease_owner,
--- lease_expires_at, now); no row inserted = the thread_id exists (insert_run then decides).
+-- lease_expires_at, now, trace_context); no row inserted = the thread_id exists (insert_run
+-- then decides).
 INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash,
                   parent_thread_id, forked_from, forked_step, lease_owner, lease_expires_at,
-                  epoch, attempt, created_at, updated_at)
-VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 1, 1, ?12, ?12)
+                  epoch, attempt, created_at, updated_at, trace_context)
+VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 1, 1, ?12, ?12, ?13)
 ON CONFLICT DO NOTHING;
 
 -- name: insert_fresh_run_set
@@ -35,10 +37,10 @@ ON CONFLICT DO NOTHING;
 -- the input blob as a string.
 INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash,
                   parent_thread_id, forked_from, forked_step, lease_owner, lease_expires_at,
-                  epoch, attempt, created_at, updated_at)
+                  epoch, attempt, created_at, updated_at, trace_context)
 SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, 'running', r.value ->> 3,
        CAST(r.value ->> 4 AS BLOB), r.value ->> 5, r.value ->> 6, r.value ->> 7, r.value ->> 8,
-       r.value ->> 9, r.value ->> 10, 1, 1, r.value ->> 11, r.value ->> 11
+       r.value ->> 9, r.value ->> 10, 1, 1, r.value ->> 11, r.value ->> 11, r.value ->> 12
 FROM json_each(?1) AS r
 WHERE true
 ON CONFLICT DO NOTHING;

@@ -4,7 +4,7 @@
 -- The columns of RunRecord, in its order: every query returning a run row uses them.
 thread_id, agent, version, status, node, step, attempt, failures, input, input_hash,
        idempotency_key, lease_owner, lease_expires_at, epoch, wake_at, waiting_for, error,
-       parent_thread_id, forked_from, forked_step, created_at, updated_at
+       parent_thread_id, forked_from, forked_step, created_at, updated_at, trace_context
 
 -- fragment: effect_columns
 -- The columns of EffectRecord, in its order.
