@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 import tether
@@ -195,6 +196,40 @@ async def w2_floor(runs: int) -> tuple[float, float]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def observed(runtime: tether.Runtime) -> Callable[[], None]:
+    """$TETHER_BENCH_OBSERVE (comma-separated): "metrics" attaches the Prometheus counters,
+    "tracing" the OpenTelemetry observer on an SDK provider whose batch processor exports to
+    a no-op exporter; what the observability costs a W2 worker. Returns the flush to call
+    after the measured part (the exporter's backlog is not the worker's cost)."""
+    wanted = {w.strip() for w in os.environ.get("TETHER_BENCH_OBSERVE", "").split(",") if w}
+    from .. import observe
+
+    flushes: list[Callable[[], object]] = []
+    if "metrics" in wanted:
+        observe.enable_metrics(runtime, "TETHER_BENCH_OBSERVE=metrics")
+    if "tracing" in wanted:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            SpanExporter,
+            SpanExportResult,
+        )
+
+        class Nowhere(SpanExporter):
+            def export(self, spans: object) -> SpanExportResult:
+                return SpanExportResult.SUCCESS
+
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(Nowhere()))
+        observe.enable_tracing(runtime, provider.get_tracer("tether"))
+        flushes.append(provider.shutdown)
+    def flush() -> None:
+        for f in flushes:
+            f()
+
+    return flush
+
+
 async def w2(backend: str, runs: int) -> list[Result]:
     """`runs` runs started at once, 5 steps each, each step one journaled simulated LLM call;
     one worker with concurrency = runs in this process."""
@@ -203,6 +238,7 @@ async def w2(backend: str, runs: int) -> list[Result]:
     async with bench_db(backend) as url:
         runtime = tether.Runtime(url, agents=[w2_agent], version="bench")
         await runtime.migrate()
+        flush = observed(runtime)
         async with runtime:
             stop = asyncio.Event()
             worker = asyncio.create_task(runtime.work(concurrency=runs, stop=stop, tune=True))
@@ -230,6 +266,7 @@ async def w2(backend: str, runs: int) -> list[Result]:
             wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
             first_steps, last_step = await checkpoint_times(url)
             await stop_worker(stop, worker)
+        flush()
         bad = [r for r in done if r.status is not tether.RunStatus.COMPLETED
                or len(r.state["replies"]) != W2_STEPS]
         if bad:
