@@ -121,8 +121,20 @@ def tether(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+def register_workers(db_url: str, now: float) -> None:
+    """Two live workers of v1 (100 slots, 30 and 10 busy) and one dead one."""
+    ph = "?" if db_url.startswith("sqlite") else "%s"
+    q = (f"INSERT INTO workers (id, host, pid, version, agents, concurrency, busy, lease_ttl, "
+         f"started_at, last_seen) VALUES ({', '.join([ph] * 10)})")
+    with raw(db_url) as conn:
+        cur = conn.cursor()
+        for wid, busy, seen in (("w1", 30, now), ("w2", 10, now), ("dead", 5, now - DAY)):
+            cur.execute(q, (wid, "h", 1, "v1", '{"a": ["n"]}', 100, busy, 30.0, now - DAY, seen))
+
+
 def test_the_command_measures_probes_and_answers_in_json(db_url: str, tmp_path: Path) -> None:
     fill(db_url, time.time())
+    register_workers(db_url, time.time())
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     out = tether("advise", "--measure", "--probe-seconds", "0.2", "--db", db_url, "--json",
@@ -132,6 +144,10 @@ def test_the_command_measures_probes_and_answers_in_json(db_url: str, tmp_path: 
     assert got["measured"]["runs_started"] == RUNS + BURST
     assert got["probe"]["single_rows_per_s"] > 0 and got["probe"]["batch100_rows_per_s"] > 0
     assert got["recommendation"] and got["reasons"] and got["settings"]
+    m = got["measured"]
+    assert (m["workers_live"], m["worker_slots"], m["worker_busy"]) == (2, 200, 40)
+    assert m["slot_utilisation"] == pytest.approx(0.2) and m["versions_live"] == ["v1"]
+    assert any("2 live workers hold 200 slots, 20% busy" in r for r in got["reasons"])
     assert list(cwd.iterdir()) == []  # nothing written where it ran
     if db_url.startswith("postgresql"):
         with psycopg.connect(db_url) as pg:

@@ -6,7 +6,16 @@ from typing import Any
 
 import click
 
-from ..advise import Advice, Inputs, Probe, advise, measured_json, parse_duration, probe
+from ..advise import (
+    POOL_DEFAULT,
+    Advice,
+    Inputs,
+    Probe,
+    advise,
+    measured_json,
+    parse_duration,
+    probe,
+)
 from ..store.measure import LoadStats
 from ._common import connection_options, console, dump, json_option, run, runtime_for
 from ._root import cli
@@ -53,11 +62,13 @@ def advise_cmd(measure: bool, window: str, no_probe: bool, probe_seconds: float,
         window_s = parse_duration(window)
         rt = runtime_for(db, app)
         stats: LoadStats | None = None
+        fleet: dict[str, Any] = {}
         measured_probe: Probe | None = None
         try:
             if measure:
                 await rt.open()
                 stats = await rt.store.measure(window_s)
+                fleet = _fleet(await rt.workers(), await rt.deployments())
                 if not no_probe:
                     measured_probe = await probe(rt.db_url, probe_seconds)
         finally:
@@ -68,7 +79,11 @@ def advise_cmd(measure: bool, window: str, no_probe: bool, probe_seconds: float,
         values["regions"] = None if regions is None else float(regions)
         inputs = Inputs.from_stats(stats).with_what_ifs(values)
         advice = advise(inputs, rt.dialect, measured_probe)
+        if fleet:
+            advice.reasons.extend(_fleet_reasons(fleet, advice, inputs))
         out = _json(advice, inputs, stats, measured_probe, window_s)
+        if stats is not None:
+            out["measured"].update(fleet)
         if as_json:
             dump(out)
         else:
@@ -76,6 +91,39 @@ def advise_cmd(measure: bool, window: str, no_probe: bool, probe_seconds: float,
         return 0
 
     return run(main(), verbose)
+
+
+def _fleet(workers: list[Any], deployments: list[Any]) -> dict[str, Any]:
+    """The registered workers and versions, as `tether advise --measure` reports them."""
+    live = [w for w in workers if w.alive]
+    slots = sum(w.concurrency for w in live)
+    busy = sum(w.busy for w in live)
+    return {
+        "workers_live": len(live), "worker_slots": slots, "worker_busy": busy,
+        "slot_utilisation": busy / slots if slots else None,
+        "versions_live": sorted({w.version for w in live}),
+        "versions": len(deployments),
+        "stranded": sum(d.stranded for d in deployments),
+        "connections_held_estimate": len(live) * POOL_DEFAULT,
+    }
+
+
+def _fleet_reasons(fleet: dict[str, Any], advice: Advice, inputs: Inputs) -> list[str]:
+    out: list[str] = []
+    if fleet["workers_live"]:
+        util = fleet["slot_utilisation"] or 0.0
+        out.append(f"{fleet['workers_live']} live workers hold {fleet['worker_slots']} slots, "
+                   f"{util:.0%} busy now (measured); the plan needs {advice.model['workers']} "
+                   f"of concurrency {advice.settings['concurrency']}")
+        mc = inputs.max_connections
+        if mc is not None:
+            out.append(f"registered workers hold about {fleet['connections_held_estimate']} "
+                       f"connections (pool {POOL_DEFAULT} each) of max_connections "
+                       f"{int(mc.value)} (measured)")
+    if fleet["stranded"]:
+        out.append(f"{fleet['stranded']} runs are stranded (no live worker of their version): "
+                   "see tether deploy status")
+    return out
 
 
 def _json(advice: Advice, inputs: Inputs, stats: LoadStats | None, pr: Probe | None,
