@@ -82,6 +82,11 @@ def resolve(path: str) -> type:
     return cls
 
 
+def is_model(obj: Any) -> bool:
+    """Whether `obj` is a pydantic v2 model (without importing pydantic)."""
+    return _pydantic_model(obj)
+
+
 def _pydantic_model(obj: Any) -> bool:
     pydantic = sys.modules.get("pydantic")
     return pydantic is not None and isinstance(obj, pydantic.BaseModel)
@@ -129,12 +134,13 @@ def tag(v: Any, typed: bool) -> Any:
         encoder = _ENCODERS.get(t)
         if encoder is not None:
             return encoder(v)
+        # Models first: is_dataclass() on one goes through pydantic's slow class __getattr__.
+        if _pydantic_model(v):
+            return _model(v)
         if isinstance(v, enum.Enum):
             return _enum(v)
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
             return _dataclass(v, typed)
-        if _pydantic_model(v):
-            return _model(v)
     raise Bad(v, "unsupported type")
 
 
