@@ -139,7 +139,8 @@ class SQLiteRows:
         return fut
 
     def _commit_next(self) -> None:
-        """Commit every write submitted so far in one transaction, off the loop's thread."""
+        """Commit every write submitted so far in one transaction: on the commit thread, or
+        inline (an in-memory database, the saver's private loop)."""
         assert self._loop is not None
         batch, self._pending = self._pending, []
         if not batch:
