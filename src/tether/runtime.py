@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from . import deploy, serde
 from .agent import Agent
-from .config import Settings
+from .config import Settings, resolve
 from .context import Message
 from .deploy import Deployment, Routes, Upgrade, WorkerInfo
 from .errors import (
@@ -29,6 +29,7 @@ from .errors import (
     ResumeConflict,
     RunNotFound,
     RunPruned,
+    SchemaError,
     SerializationError,
 )
 from .history import load_state
@@ -105,18 +106,25 @@ class Runtime:
         store: Store | None = None,
         retention: Policy | Mapping[str, Any] | None = None,
     ) -> None:
-        self.settings = Settings.from_env(
-            db=db_url, lease_ttl=lease_ttl, poll_interval=poll_interval,
-            snapshot_every=snapshot_every, cpu_workers=cpu_workers,
-        )
-        self.store: Store = store if store is not None else make_store(self.settings.db)
+        # The arguments are the code's settings: TETHER_* and [tool.tether] win over them
+        # (tether.config: one precedence for the CLI and the library).
+        self._code: dict[str, object] = {"db": db_url, "lease_ttl": lease_ttl,
+                                         "poll_interval": poll_interval,
+                                         "snapshot_every": snapshot_every,
+                                         "cpu_workers": cpu_workers}
+        self._setup(resolve(code=self._code), store)
         self.registry = Registry(version, self.store.dialect, agents)
-        self.hub = EventHub(self.store, self.settings.poll_interval)
+        self.retention = standing(retention)
+        """The standing retention policy its workers apply (`Policy.every` seconds apart)."""
+
+    def _setup(self, settings: Settings, store: Store | None = None) -> None:
+        self.settings = settings
+        self.store: Store = store if store is not None else make_store(settings.db)
+        self.hub = EventHub(self.store, settings.poll_interval)
         self._open_lock = asyncio.Lock()
         self._opened = False
         self._workers: list[Worker] = []
-        self.retention = standing(retention)
-        """The standing retention policy its workers apply (`Policy.every` seconds apart)."""
+        # The deployment weights read from this database (cached ROUTES_TTL seconds).
         self._routes = Routes()
         self._routes_read = -ROUTES_TTL
         self._routes_lock = asyncio.Lock()
@@ -153,15 +161,17 @@ class Runtime:
 
     def with_db(self, db_url: str, *, lease_ttl: float | None = None) -> Runtime:
         """The same agents, effect handlers and version on another database (or with another
-        lease TTL)."""
-        other = Runtime(
-            db_url,
-            version=self.version,
-            lease_ttl=lease_ttl if lease_ttl is not None else self.settings.lease_ttl,
-            poll_interval=self.settings.poll_interval,
-            snapshot_every=self.settings.snapshot_every,
-            cpu_workers=self.settings.cpu_workers,
-        )
+        lease TTL); these win over every other source of those settings."""
+        return self.configured({"db": db_url, "lease_ttl": lease_ttl})
+
+    def configured(self, flags: Mapping[str, object],
+                   flag_names: Mapping[str, str] | None = None) -> Runtime:
+        """The same agents, effect handlers and version with the settings found again, with
+        `flags` first (a command's flags; None values are not given): see tether.config."""
+        settings = resolve(flags=flags, code=self._code, flag_names=flag_names)
+        other = object.__new__(Runtime)
+        other._code = self._code
+        other._setup(settings)
         other.registry = self.registry.copy(other.store.dialect)
         other.retention = self.retention
         return other
@@ -236,7 +246,11 @@ class Runtime:
         if not self._opened:
             async with self._open_lock:
                 if not self._opened:
-                    await self.store.open()
+                    try:
+                        await self.store.open()
+                    except SchemaError as exc:
+                        raise SchemaError(f"{exc} (the database URL came from "
+                                          f"{self.settings.source('db')})") from None
                     self._opened = True
         return self
 

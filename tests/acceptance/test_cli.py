@@ -415,3 +415,40 @@ def test_wait_retry_send_and_release(
 
     released = ok_json(tether("workers", "release", "nobody:1:x", "--json", cwd=app_dir, env=env))
     assert released == {"worker": "nobody:1:x", "released": []}
+
+
+def test_settings_come_from_one_place(
+    app_dir: Path, background: list[subprocess.Popen[bytes]]
+) -> None:
+    """[tool.tether] names the app and database once; reads never create a database file, and
+    their error names the database and where its URL came from; `tether worker` prints every
+    setting with its source, TETHER_CONCURRENCY included."""
+    pyproject = app_dir / "pyproject.toml"
+    pyproject.write_text('[tool.tether]\napp = "app:runtime"\ndb = "sqlite:///proj.db"\n')
+    env = cli_env(None)
+    for read in (("runs", "list"), ("interrupts",), ("checkpoints", "x"), ("effects", "list")):
+        message = user_error(tether(*read, cwd=app_dir, env=env))
+        assert f"no file {app_dir / 'proj.db'}" in message, message
+        assert f"came from [tool.tether] in {pyproject}" in message, message
+        assert "tether migrate" in message
+    assert not (app_dir / "proj.db").exists() and not (app_dir / "tether.db").exists()
+    # The environment wins over the file, and the error says so.
+    assert "came from TETHER_DB" in user_error(tether(
+        "runs", "list", cwd=app_dir, env=cli_env("sqlite:///other.db")))
+
+    ok(tether("migrate", cwd=app_dir, env=env))
+    assert (app_dir / "proj.db").exists()
+    started = ok_json(tether("runs", "start", "greeter", "--input", '{"name": "cfg"}', "--json",
+                             cwd=app_dir, env=env))  # no --app: [tool.tether] names it
+    worker = start_worker(background, app_dir, {**env, "TETHER_CONCURRENCY": "3"})
+    done = wait_for_status(started["thread_id"], {"completed"}, app_dir, env)
+    assert done["state"]["greeting"] == "hello cfg"
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=15) == 0
+    printed = (app_dir / "worker-0.out").read_text()
+    lines = {line.split()[0]: line for line in printed.splitlines()[1:] if line.startswith("  ")}
+    assert "app:runtime" in lines["app"] and f"([tool.tether] in {pyproject})" in lines["app"]
+    assert str(app_dir / "proj.db") in lines["db"] and "[tool.tether]" in lines["db"]
+    assert " 3 " in lines["concurrency"] and "(TETHER_CONCURRENCY)" in lines["concurrency"]
+    assert "(default)" in lines["lease_ttl"]
+    assert "(TETHER_SHUTDOWN_GRACE)" in lines["shutdown_grace"]

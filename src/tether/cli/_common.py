@@ -15,7 +15,7 @@ import click
 import orjson
 
 from .. import eventloop, serde
-from ..config import default_db
+from ..config import resolve_app
 from ..errors import AppImportError, ConfigError, TetherError
 from ..runtime import Runtime
 
@@ -32,21 +32,24 @@ class WaitTimeout(TetherError):
     exit_status = TIMED_OUT
 
 
-def load_app(target: str) -> Runtime:
-    """Import `module:attr` (attr a Runtime, or a zero-argument callable returning one)."""
+def load_app(target: str, source: str = "--app") -> Runtime:
+    """Import `module:attr` (attr a Runtime, or a zero-argument callable returning one);
+    `source` (--app, TETHER_APP, [tool.tether] in ...) is named in errors."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
-        raise AppImportError(f"--app must look like module:attribute, got {target!r}")
+        raise AppImportError(f"the app ({source}) must look like module:attribute, got {target!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        raise AppImportError(f"cannot import module {module_name!r} for --app: {exc!r}") from exc
+        raise AppImportError(f"cannot import module {module_name!r} for the app ({source}): "
+                             f"{exc!r}") from exc
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise AppImportError(f"module {module_name!r} has no attribute {attr!r}")
+            raise AppImportError(f"module {module_name!r} has no attribute {attr!r} (the app, "
+                                 f"from {source})")
         obj = getattr(obj, part)
     if callable(obj) and not isinstance(obj, Runtime):
         try:
@@ -55,25 +58,29 @@ def load_app(target: str) -> Runtime:
             raise
         except Exception as exc:
             raise AppImportError(
-                f"--app {target}: calling it (with no arguments) to get the Runtime failed: "
-                f"{exc!r}") from exc
+                f"app {target} ({source}): calling it (with no arguments) to get the Runtime "
+                f"failed: {exc!r}") from exc
     if not isinstance(obj, Runtime):
-        raise AppImportError(f"{target} is a {type(obj).__name__}, not a tether.Runtime")
+        raise AppImportError(f"{target} ({source}) is a {type(obj).__name__}, not a tether.Runtime")
     return obj
 
 
-def runtime_for(db: str | None, app: str | None, need_app: bool = False) -> Runtime:
-    """The Runtime a command works on: --app's (on --db if given, else on the app's own URL
-    unless $TETHER_DB names another), or a plain one on --db / $TETHER_DB."""
-    url = db or default_db()
-    if app:
-        rt = load_app(app)
-        if db or rt.db_url != url:
-            rt = rt.with_db(db if db else rt.db_url)
-        return rt
-    if need_app:
-        raise ConfigError("this command needs --app module:attr naming your tether.Runtime")
-    return Runtime(url)
+def runtime_for(db: str | None, app: str | None, need_app: bool = False,
+                **flags: object) -> Runtime:
+    """The Runtime a command works on: the app's (--app, else TETHER_APP, else `app` in
+    [tool.tether]), or a plain one without an app; its settings found by tether.config's one
+    precedence, the command's flags (--db and `flags`; None = not given) first."""
+    target, source = resolve_app(app)
+    given = {k: v for k, v in {"db": db, **flags}.items() if v is not None}
+    if target:
+        rt = load_app(target, source)
+    elif need_app:
+        raise ConfigError("this command needs your tether.Runtime: pass --app module:attr, "
+                          "set TETHER_APP, or put app = \"module:attr\" under [tool.tether] in "
+                          "pyproject.toml")
+    else:
+        rt = Runtime()
+    return rt.configured(given) if given else rt
 
 
 def run(main: Coroutine[Any, Any, int], verbose: bool = False) -> int:
@@ -126,9 +133,12 @@ def id_column(table: Any, name: str, ids: list[str]) -> None:
 def connection_options(f: F) -> F:
     """--db, --app and --verbose: on every command that opens the database."""
     f = click.option("-v", "--verbose", is_flag=True, help="log at INFO level")(f)
-    f = click.option("--app", metavar="MODULE:ATTR", help="module:attr of your tether.Runtime")(f)
+    f = click.option("--app", metavar="MODULE:ATTR",
+                     help="module:attr of your tether.Runtime (default: $TETHER_APP, else app "
+                          "in [tool.tether] of pyproject.toml)")(f)
     f = click.option("--db", metavar="URL",
-                     help="database URL (default: $TETHER_DB, else sqlite:///tether.db)")(f)
+                     help="database URL (default: $TETHER_DB, else db in [tool.tether], else "
+                          "the app's Runtime(...), else sqlite:///tether.db)")(f)
     return f
 
 

@@ -38,14 +38,15 @@ def is_loopback(host: str) -> bool:
 @click.option("--worker", is_flag=True, help="also run a worker in this process")
 @click.option("--read-only", is_flag=True,
               help="serve views only: the dashboard shows no actions and the API refuses writes")
-@click.option("--concurrency", type=POSITIVE_INT, default=100, show_default=True,
-              help="the embedded worker's concurrency")
+@click.option("--concurrency", type=POSITIVE_INT, default=None,
+              help="the embedded worker's concurrency (default $TETHER_CONCURRENCY, else "
+                   "[tool.tether], else 100)")
 @click.option("--lease-ttl", type=POSITIVE_FLOAT, default=None,
               help="the embedded worker's lease TTL in seconds")
 @connection_options
 def serve(host: str, port: int, token: str | None, token_name: str | None, worker: bool,
           read_only: bool,
-          concurrency: int, lease_ttl: float | None, db: str | None, app: str | None,
+          concurrency: int | None, lease_ttl: float | None, db: str | None, app: str | None,
           verbose: bool) -> int:
     async def main() -> int:
         with requires_extra("server", "tether serve"):
@@ -59,9 +60,7 @@ def serve(host: str, port: int, token: str | None, token_name: str | None, worke
                 f"refusing to bind {host!r} without a token: anyone who reaches it could start "
                 "and resume runs. Pass --token (or set TETHER_TOKEN), or bind 127.0.0.1"
             )
-        rt = runtime_for(db, app, need_app=worker)
-        if lease_ttl is not None:
-            rt = rt.with_db(rt.db_url, lease_ttl=lease_ttl)
+        rt = runtime_for(db, app, need_app=worker, concurrency=concurrency, lease_ttl=lease_ttl)
         name = token_name or os.environ.get("TETHER_TOKEN_NAME") or None
         if name is not None and (not name.strip() or len(name) > 200):
             raise ConfigError("--token-name must be a non-empty name of at most 200 characters")
@@ -69,7 +68,7 @@ def serve(host: str, port: int, token: str | None, token_name: str | None, worke
 
         shutdown = observe.enable_tracing_from_env(rt, "tether serve")  # bad OTEL_*: stop here
         await rt.open()  # a missing schema or unreachable database is a clear error
-        asgi = create_app(rt, token=bearer, worker_concurrency=concurrency if worker else None,
+        asgi = create_app(rt, token=bearer, worker_concurrency=rt.settings.concurrency if worker else None,
                           read_only=read_only, token_name=name)
         config = uvicorn.Config(
             asgi, host=host, port=port, lifespan="on", access_log=verbose,

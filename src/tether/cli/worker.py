@@ -1,7 +1,9 @@
 """`tether worker`: a worker process until SIGTERM or SIGINT (then it finishes or gives back
-the runs it holds, and exits 0). `--metrics-port` serves its Prometheus metrics on 127.0.0.1,
-`--log-format json` writes one JSON line per finished or failed run, and the OpenTelemetry SDK
-is configured from the OTEL_* variables when it is installed and OTEL_TRACES_EXPORTER is set."""
+the runs it holds, and exits 0). At start it prints the settings in effect and where each came
+from (tether.config's precedence: flag, environment, [tool.tether], the code, the default).
+`--metrics-port` serves its Prometheus metrics on 127.0.0.1, `--log-format json` writes one
+JSON line per finished or failed run, and the OpenTelemetry SDK is configured from the OTEL_*
+variables when it is installed and OTEL_TRACES_EXPORTER is set."""
 
 from __future__ import annotations
 
@@ -12,18 +14,22 @@ from collections.abc import Callable
 
 import click
 
-from ..config import redact
+from ..config import redact, resolve_app
 from ..errors import ConfigError
 from ..retention import parse_age
+from ..runtime import Runtime
 from ._common import PORT, POSITIVE_FLOAT, POSITIVE_INT, connection_options, run, runtime_for
 from ._root import cli
 
 
-@cli.command("worker", help="run a worker process")
-@click.option("--concurrency", type=POSITIVE_INT, default=100, show_default=True,
-              help="runs this worker drives at once")
+@cli.command("worker", help="run a worker process (SIGTERM or Ctrl-C: finish or give back the "
+                            "runs it holds within TETHER_SHUTDOWN_GRACE seconds, then exit)")
+@click.option("--concurrency", type=POSITIVE_INT, default=None,
+              help="runs this worker drives at once (default $TETHER_CONCURRENCY, else "
+                   "concurrency in [tool.tether], else 100)")
 @click.option("--lease-ttl", type=POSITIVE_FLOAT, default=None,
-              help="seconds a claim lasts without heartbeat (default $TETHER_LEASE_TTL or 30)")
+              help="seconds a claim lasts without heartbeat (default $TETHER_LEASE_TTL, else "
+                   "lease_ttl in [tool.tether], else the Runtime's, else 30)")
 @click.option("--metrics-port", type=PORT, default=None,
               help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics "
                    "(the tether[metrics] extra)")
@@ -36,16 +42,15 @@ from ._root import cli
 @click.option("--cpu-workers", type=POSITIVE_INT, default=None,
               help="processes that run ctx.cpu_call (default $TETHER_CPU_WORKERS, else one per CPU)")
 @connection_options
-def worker(concurrency: int, lease_ttl: float | None, metrics_port: int | None,
+def worker(concurrency: int | None, lease_ttl: float | None, metrics_port: int | None,
            log_format: str, prune_every: str | None, cpu_workers: int | None, db: str | None,
            app: str | None,
            verbose: bool) -> int:
     async def main() -> int:
         from .. import observe
 
-        rt = runtime_for(db, app, need_app=True)
-        if lease_ttl is not None:
-            rt = rt.with_db(rt.db_url, lease_ttl=lease_ttl)
+        rt = runtime_for(db, app, need_app=True, concurrency=concurrency, lease_ttl=lease_ttl,
+                         cpu_workers=cpu_workers)
         if prune_every is not None:
             every = parse_age(prune_every, "--prune-every")
             if rt.retention is None or not every:
@@ -67,16 +72,9 @@ def worker(concurrency: int, lease_ttl: float | None, metrics_port: int | None,
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, stop.set)
-            print(f"tether worker: {redact(rt.db_url)} version={rt.version} "
-                  f"agents={','.join(rt.agents)} concurrency={concurrency} "
-                  f"lease_ttl={rt.settings.lease_ttl}s"
-                  + (f" metrics=http://127.0.0.1:{metrics_port}/metrics"
-                     if metrics_port is not None else "")
-                  + (f" prune_every={rt.retention.every:g}s"
-                     if rt.retention is not None and rt.retention.every else ""), flush=True)
+            print(describe(rt, app, metrics_port), flush=True)
             try:
-                await rt.work(concurrency=concurrency, stop=stop, tune=True,
-                              cpu_workers=cpu_workers)
+                await rt.work(stop=stop, tune=True)
             finally:
                 await rt.close()
         finally:
@@ -85,3 +83,26 @@ def worker(concurrency: int, lease_ttl: float | None, metrics_port: int | None,
         return 0
 
     return run(main(), verbose)
+
+
+def describe(rt: Runtime, app_flag: str | None, metrics_port: int | None = None) -> str:
+    """The worker's first lines: what it serves, then each setting and where it came from."""
+    target, app_source = resolve_app(app_flag)
+    s = rt.settings
+    rows = [("app", str(target), app_source),
+            ("db", redact(rt.db_url), s.source("db")),
+            ("version", rt.version, "Runtime(...)"),
+            ("agents", ",".join(rt.agents), "Runtime(...)"),
+            ("concurrency", str(s.concurrency), s.source("concurrency")),
+            ("lease_ttl", f"{s.lease_ttl:g}s", s.source("lease_ttl")),
+            ("poll_interval", f"{s.poll_interval:g}s", s.source("poll_interval")),
+            ("shutdown_grace", f"{s.shutdown_grace:g}s", s.source("shutdown_grace")),
+            ("cpu_workers", str(s.cpu_workers or "one per CPU"), s.source("cpu_workers"))]
+    metrics = f" metrics=http://127.0.0.1:{metrics_port}/metrics" if metrics_port is not None else ""
+    prune = (f" prune_every={rt.retention.every:g}s"
+             if rt.retention is not None and rt.retention.every else "")
+    lines = [f"tether worker: {redact(rt.db_url)} version={rt.version} "
+             f"agents={','.join(rt.agents)} concurrency={s.concurrency} "
+             f"lease_ttl={s.lease_ttl:g}s{metrics}{prune}"]
+    lines += [f"  {name:<15}{value:<40} ({source})" for name, value, source in rows]
+    return "\n".join(lines)

@@ -8,6 +8,7 @@ commit is, and whom it wakes, is plan.py's to decide; this module says it in SQL
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -64,6 +65,11 @@ def _checkpoint(row: tuple[Any, ...]) -> CheckpointRecord:
     return CheckpointRecord(*row)
 
 
+def _missing(path: str) -> str | None:
+    """The absolute path of a database file that does not exist (one stat), else None."""
+    return None if os.path.exists(path) else os.path.abspath(path)
+
+
 class SQLiteStore:
     dialect = "sqlite"
 
@@ -88,6 +94,11 @@ class SQLiteStore:
     async def open(self, *, check_schema: bool = True) -> None:
         if self._conns.is_open:
             return
+        if check_schema and not self.memory and (missing := _missing(self.path)):
+            # Opening would create an empty file: a read must leave nothing behind.
+            raise SchemaError(f"there is no database at {self.url} (no file {missing}); run "
+                              f"`tether migrate --db {self.url}` first, or point --db at your "
+                              "database")
         self._conns.open(set_sql={
             self._q[name]: self._q[f"{name}_set"]
             for name in ("insert_journal", "advance_run", "insert_checkpoint", "insert_fresh_run",
