@@ -411,7 +411,7 @@ def test_wait_retry_send_and_release(
     assert (done["status"], done["state"]) == ("completed", {"fixed": True})
     assert "only a failed run can be retried" in user_error(tether(
         "runs", "retry", "flaky-run-with-a-long-id-0001", *app, cwd=app_dir, env=env))
-    assert "needs --app" in user_error(tether("runs", "retry", "x", cwd=app_dir, env=env))
+    assert "pass --app module:attr" in user_error(tether("runs", "retry", "x", cwd=app_dir, env=env))
 
     released = ok_json(tether("workers", "release", "nobody:1:x", "--json", cwd=app_dir, env=env))
     assert released == {"worker": "nobody:1:x", "released": []}

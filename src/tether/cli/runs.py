@@ -168,7 +168,9 @@ def show(thread_id: str, db: str | None, app: str | None, verbose: bool, as_json
 def _print_run(r: Run) -> None:
     con = console()
     con.print(f"[bold]{r.thread_id}[/bold]  agent={r.agent} status={r.status.value} "
-              f"step={r.step} node={r.node} version={r.version} attempt={r.attempt}")
+              f"step={r.step} node={r.node} version={r.version} attempt={r.attempt}"
+              + (f" worker={r.lease_owner}" if r.lease_owner else ""), highlight=False,
+              soft_wrap=True)
     if r.error:
         con.print(f"[red]error:[/red] {r.error}")
         con.print(r.error.traceback, markup=False, highlight=False)
