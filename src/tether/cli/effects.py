@@ -6,7 +6,17 @@ import click
 import orjson
 
 from ..errors import InvalidState
-from ._common import POSITIVE_INT, cli_actor, connection_options, console, dump, json_option, run, runtime_for
+from ._common import (
+    POSITIVE_INT,
+    cli_actor,
+    connection_options,
+    console,
+    dump,
+    id_column,
+    json_option,
+    run,
+    runtime_for,
+)
 from ._root import cli
 
 
@@ -16,7 +26,7 @@ def effects() -> None:
 
 
 @effects.command("list", help="effects in request order")
-@click.option("--thread", metavar="THREAD_ID", help="only this run's effects")
+@click.option("--thread", "--thread-id", "thread", metavar="THREAD_ID", help="only this run's effects")
 @click.option("--status", type=click.Choice(["pending", "running", "done", "dead"]),
               help="only effects in this status")
 @click.option("--limit", type=POSITIVE_INT, default=100, show_default=True,
@@ -36,7 +46,11 @@ def list_(thread: str | None, status: str | None, limit: int, db: str | None, ap
             return 0
         from rich.table import Table
 
-        table = Table("thread_id", "key", "name", "status", "attempts", "error", "result")
+        table = Table()
+        id_column(table, "thread_id", [e.thread_id for e in found])
+        id_column(table, "key", [e.key for e in found])
+        for name in ("name", "status", "attempts", "error", "result"):
+            table.add_column(name)
         for e in found:
             table.add_row(e.thread_id, e.key, e.name, e.status, str(e.attempts), e.error or "",
                           "" if e.result is None else orjson.dumps(e.result).decode()[:60])
@@ -48,7 +62,8 @@ def list_(thread: str | None, status: str | None, limit: int, db: str | None, ap
 
 @effects.command("retry", help="retry a dead effect now")
 @click.argument("key")
-@click.option("--thread", metavar="THREAD_ID", help="the run, if the key is not unique across runs")
+@click.option("--thread", "--thread-id", "thread", metavar="THREAD_ID",
+              help="the run, if the key is not unique across runs")
 @connection_options
 @json_option
 def retry(key: str, thread: str | None, db: str | None, app: str | None, verbose: bool,

@@ -342,7 +342,8 @@ def _cp_dict(cp: Checkpoint, with_state: bool) -> dict[str, Any]:
 
 
 @cli.command("interrupts", help="interrupts waiting for a person's answer")
-@click.option("--thread-id", help="only this run's interrupts")
+@click.option("--thread", "--thread-id", "thread_id", metavar="THREAD_ID",
+              help="only this run's interrupts")
 @click.option("--all", "show_all", is_flag=True, help="answered ones too")
 @click.option("--limit", type=POSITIVE_INT, default=100, show_default=True,
               help="at most this many interrupts")
