@@ -45,7 +45,8 @@ def expected_score(task: str, who: str) -> int:
 
 @boss.node(start=True)
 async def recruit_admins(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
-    admins = [ctx.spawn(admin, {"group": f"g{g}", "workers": state["workers_per_group"],
+    sizes = state.get("sizes") or [state["workers_per_group"]] * state["groups"]
+    admins = [ctx.spawn(admin, {"group": f"g{g}", "workers": sizes[g],
                                 "boss": ctx.thread_id, "task": f"task-{g}"})
               for g in range(state["groups"])]
     return tether.goto("collect", {"admins": admins, "summaries": {}})

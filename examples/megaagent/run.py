@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
 import signal
@@ -38,11 +39,12 @@ import orjson
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def shape(agents: int) -> tuple[int, int]:
-    """(groups, workers per group) for about `agents` agents in all (boss + admins + workers)."""
+def shape(agents: int) -> tuple[int, list[int]]:
+    """(groups, workers in each group) for exactly `agents` agents in all (the boss, one admin
+    per group and the workers; groups differ by at most one worker)."""
     groups = max(1, round(agents ** 0.5 / 3))
-    per_group = max(1, (agents - 1 - groups) // groups)
-    return groups, per_group
+    workers = agents - 1 - groups
+    return groups, [workers // groups + (g < workers % groups) for g in range(groups)]
 
 
 class WorkerProcess:
@@ -89,8 +91,11 @@ class WorkerProcess:
 
 async def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--agents", type=int, default=1000)
-    p.add_argument("--db", default=os.environ.get("MEGA_DB", "sqlite:///megaagent.db"))
+    p.add_argument("--agents", type=int, default=1000,
+                   help="agents in all: the boss, the admins and the workers (at least 3)")
+    p.add_argument("--db", default=os.environ.get("MEGA_DB"),
+                   help="a database without runs (default: megaagent.db here, made afresh "
+                        "each run)")
     p.add_argument("--workers", type=int, default=0,
                    help="N `tether worker` subprocesses do the work (default: one in-process "
                         "worker; one subprocess with --kill)")
@@ -112,6 +117,13 @@ async def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     if args.workers < 0 or args.kill < 0:
         p.error("--workers and --kill must be >= 0")
+    if args.agents < 3:
+        p.error("--agents must be >= 3 (a boss, an admin and a worker)")
+    if args.db is None:
+        args.db = "sqlite:///megaagent.db"
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove("megaagent.db" + suffix)
     workers = args.workers or (1 if args.kill else 0)
     if args.concurrency is None:
         args.concurrency = 200 if workers else 2000
@@ -123,14 +135,19 @@ async def main(argv: list[str] | None = None) -> dict[str, Any]:
     from tether.store.base import TERMINAL
 
     runtime = app.runtime
-    groups, per_group = shape(args.agents)
-    total_agents = 1 + groups + groups * per_group
+    groups, sizes = shape(args.agents)
+    total_agents = 1 + groups + sum(sizes)
     await runtime.migrate()
+    async with runtime:
+        if await runtime.list_runs(limit=1):
+            raise SystemExit(f"--db {args.db} already holds runs: the checks count every run "
+                             "and message in it, so give a fresh database")
     procs: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     async with runtime:
-        run = await runtime.start(app.boss, {"groups": groups, "workers_per_group": per_group})
-        print(f"boss {run.thread_id}: {groups} groups x {per_group} workers = {total_agents} agents"
+        run = await runtime.start(app.boss, {"groups": groups, "sizes": sizes})
+        print(f"boss {run.thread_id}: {groups} groups of {min(sizes)}-{max(sizes)} workers = "
+              f"{total_agents} agents"
               + (f" on {workers} worker processes" if workers else ""), flush=True)
         reporter = (asyncio.create_task(report_progress(args.db, args.progress, t0))
                     if args.progress > 0 else None)
@@ -159,17 +176,17 @@ async def main(argv: list[str] | None = None) -> dict[str, Any]:
             for w in arun.state["members"]:
                 expected += app.expected_score(arun.state["task"], w)
         assert final.status == "completed", final.error
-        assert final.state["results"] == groups * per_group, final.state["results"]
+        assert final.state["results"] == sum(sizes), final.state["results"]
         assert final.state["total"] == expected, (final.state["total"], expected)
         runs = await runtime.list_runs(limit=10_000_000)
         assert len(runs) == total_agents, (len(runs), total_agents)
         assert all(r.status in TERMINAL for r in runs), Counter(r.status for r in runs)
-    messages = audit_mailbox(args.db, groups, per_group)
+    messages = audit_mailbox(args.db, groups, sum(sizes))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     child_rss = max((w["peak_rss_mib"] for w in procs), default=0.0)
     stats = run_stats(args.db)
     result: dict[str, Any] = {
-        "agents": total_agents, "groups": groups, "workers_per_group": per_group,
+        "agents": total_agents, "groups": groups, "workers_per_group": max(sizes),
         "wall_s": round(wall, 2), "messages": messages,
         "messages_per_s": round(messages / wall, 1),
         "peak_rss_mib": round(max(rss, child_rss), 1), "kills": kills,
@@ -270,7 +287,7 @@ async def report_progress(db: str, every: float, t0: float) -> None:
               + f"; mail sent {mail[0][0]}, consumed {mail[0][1]}", flush=True)
 
 
-def audit_mailbox(db: str, groups: int, per_group: int) -> int:
+def audit_mailbox(db: str, groups: int, workers: int) -> int:
     """Check the mailbox table against the protocol; returns the number of messages.
 
     Per group: one "ready" per worker, one "task" to each worker (group chat), one "result"
@@ -286,7 +303,7 @@ def audit_mailbox(db: str, groups: int, per_group: int) -> int:
         pairs[(thread_id, sender, kind)] += 1
         if consumed is None and kind != "note":
             unconsumed.append((thread_id, sender, kind))
-    n = groups * per_group
+    n = workers
     want = {"ready": n, "task": n, "result": n, "summary": groups, "note": groups * (groups - 1)}
     assert dict(kinds) == {k: v for k, v in want.items() if v}, (dict(kinds), want)
     twice = [k for k, c in pairs.items() if c > 1]
