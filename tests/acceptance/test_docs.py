@@ -56,7 +56,7 @@ def test_python_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.syspath_prepend(str(tmp_path))
     ran, skipped = run_python_blocks(page)
     assert ran + len(skipped) == page.read_text().count("```python")
-    assert len(skipped) <= 2, f"{page.name}: too many blocks skipped: {skipped}"
+    assert len(skipped) <= 3, f"{page.name}: too many blocks skipped: {skipped}"
 
 
 def test_a_broken_block_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
