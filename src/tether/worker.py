@@ -340,7 +340,11 @@ class Worker:
             if agent is None:  # not claimable by us; claim filters by agent
                 raise DefinitionError(f"agent {rec.agent!r} is not registered in this worker")
             state, since_snapshot = await load_state(store, rec)
-            journal = [] if fresh else await store.load_journal(rec.thread_id, rec.step + 1)
+            # Epoch 1 from a claim: the run was never leased before, so it never ran and has
+            # no journal (every journal row is written by an execution, or by a resume of a
+            # run that parked in one). Runs routed to another version's worker start so.
+            first = fresh or (rec.step == 0 and rec.epoch == 1)
+            journal = [] if first else await store.load_journal(rec.thread_id, rec.step + 1)
             inbox = [] if fresh else [Message(m.id, m.sender, serde.loads(m.message), m.created_at)
                                       for m in await store.load_inbox(rec.thread_id)]
             step, node_name, attempt, failures = rec.step, rec.node, rec.attempt, rec.failures

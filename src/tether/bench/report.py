@@ -28,6 +28,9 @@ GOALS: dict[tuple[str, str], dict[str, Goal]] = {
     ("W2", "wall_over_ideal_1k"): {b: ("<=", 1.5, "<= 1.5x") for b in ("sqlite", "postgres")},
     ("W2", "wall_over_ideal_10k"): {b: ("<=", 5.0, "<= 5x") for b in ("sqlite", "postgres")},
     ("W2", "peak_rss_mib_10k"): {b: ("<=", 1024, "<= 1 GiB") for b in ("sqlite", "postgres")},
+    # Issue 15: routing by deployment weights must not slow starts (two versions at 50/50).
+    ("R", "two_over_one_1k"): {b: ("<=", 1.1, "<= 1.1x") for b in ("sqlite", "postgres")},
+    ("R", "two_over_one_10k"): {b: ("<=", 1.1, "<= 1.1x") for b in ("sqlite", "postgres")},
     ("W5", "suspend_s_10k"): {b: ("<=", 5.0, "<= 5 s") for b in ("sqlite", "postgres")},
     ("W5", "rss_delta_mib_10k"): {b: ("<=", 50.0, "<= 50 MiB") for b in ("sqlite", "postgres")},
     ("W5", "resume_finish_s_10k"): {b: ("<=", 5.0, "<= 5 s") for b in ("sqlite", "postgres")},

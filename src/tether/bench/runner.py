@@ -35,7 +35,7 @@ from .jobs import Job
 if TYPE_CHECKING:
     pass
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "E", "M", "L")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "E", "M", "L", "R")
 SHARED = ("W1", "W2", "W3", "W4", "W5")  # the workloads the anchors run too (WORKLOADS.md)
 ANCHOR_SYSTEMS = ("langgraph", "dbos")
 M_HINT = ("M runs examples/megaagent/run.py, which is not installed with tether: run it from a "
@@ -70,6 +70,9 @@ def plan(backends: Sequence[str], workloads: Sequence[str], quick: bool,
             elif w == "W2":
                 for runs in (1000,) if quick else (1000, 10000):
                     jobs.append(Job(backend, "W2", (str(runs),), label=f"W2 R={runs:,}"))
+            elif w == "R":
+                for runs in (1000,) if quick else (1000, 10000):
+                    jobs.append(Job(backend, "R", (str(runs),), label=f"R R={runs:,}"))
             elif w == "W3":
                 for variant in ("plain", "outbox"):
                     jobs.append(Job(backend, "W3", (variant,), label=f"W3 {variant}"))

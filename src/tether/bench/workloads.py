@@ -11,6 +11,7 @@ M (the megaagent example) is not in the package: a checkout runs it with
     python -m tether.bench.workloads E postgres 10000       # effects
     python -m tether.bench.workloads L postgres 2.0         # seconds per measurement
     python -m tether.bench.workloads C sqlite 1000 20 100 1 # W2 runs, CPU runs, ms, processes
+    python -m tether.bench.workloads R sqlite 10000         # W2 runs, one version then two
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ USAGE = """usage: python -m tether.bench.workloads WORKLOAD BACKEND [ARGS...]
   W5 sqlite|postgres [runs]
   E  sqlite|postgres [effects]
   L  sqlite|postgres [seconds]
-  C  sqlite|postgres [runs] [cpu_runs] [burn_ms] [cpu_workers]"""
+  C  sqlite|postgres [runs] [cpu_runs] [burn_ms] [cpu_workers]
+  R  sqlite|postgres [runs]"""
 
 Workload = Callable[[str, list[str]], Coroutine[Any, Any, list[Result]]]
 
@@ -88,6 +90,10 @@ def workload_call(workload: str, backend: str, args: list[str]) -> Coroutine[Any
 
         return cpu_offload(backend, int(arg(0, 1000)), int(arg(1, 20)), arg(2, 100.0, float),
                            int(arg(3, 0)))
+    if workload == "R":
+        from .rainbow import rainbow
+
+        return rainbow(backend, int(arg(0, 1000)))
     raise SystemExit(f"unknown workload {workload!r}\n{USAGE}")
 
 
