@@ -35,7 +35,7 @@ from typing import Any
 from . import serde
 from .errors import ConfigError
 from .history import load_state
-from .store.base import Store
+from .store.base import Audit, Store
 from .store.retention_types import Cutoffs
 
 log = logging.getLogger("tether.retention")
@@ -160,7 +160,8 @@ def owner_id() -> str:
 
 
 async def prune(store: Store, policy: Policy, *, lock_ttl: float, dry_run: bool = False,
-                progress: Progress | None = None, batch: int | None = None) -> Report:
+                progress: Progress | None = None, batch: int | None = None,
+                audit: Audit | None = None) -> Report:
     """Apply `policy` once (see the module's docstring); `progress(report)` after each batch.
     The pruner's lease lasts `lock_ttl` seconds (the runtime's lease TTL) after each batch."""
     started = time.monotonic()
@@ -190,7 +191,7 @@ async def prune(store: Store, policy: Policy, *, lock_ttl: float, dry_run: bool 
                 if not ids:
                     break
                 after = ids[-1]
-                done = await ops.prune_runs(ids, cutoffs)
+                done = await ops.prune_runs(ids, cutoffs, audit)
                 report.runs += len(done.thread_ids)
                 report.rows += done.rows
                 report.seconds = time.monotonic() - started

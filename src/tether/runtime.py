@@ -586,6 +586,7 @@ class Runtime:
         keep_interrupts: bool = False,
         dry_run: bool = False,
         progress: Progress | None = None,
+        actor: str | None = None,
     ) -> Report:
         """Remove terminal runs finished longer ago than their status's age (30d, 12h, 0s, or
         seconds), with everything of theirs, leaving tombstones; `keep_steps` also compacts
@@ -598,8 +599,15 @@ class Runtime:
                 agent=agent, limit=1):
             raise ConfigError(f"unknown agent {agent!r}: no run of it in the store and this "
                               f"runtime has {', '.join(self.agents) or 'no agents'}")
+        audit = _audit(actor, "prune", None, None, {
+            "completed": completed, "failed": failed, "cancelled": cancelled, "agent": agent,
+            "keep_steps": keep_steps})
+        if audit is not None:  # each batch of runs removed is one row, in its transaction
+            audit = Audit(audit.actor, audit.action, None, None,
+                          {k: (v if v is None or isinstance(v, (int, float, str)) else str(v))
+                           for k, v in audit.details.items()})
         return await prune(self.store, policy, lock_ttl=self.settings.lease_ttl,
-                           dry_run=dry_run, progress=progress)
+                           dry_run=dry_run, progress=progress, audit=audit)
 
     async def send(self, thread_id: str, message: Any, *, sender: str | None = None,
                    actor: str | None = None) -> int:

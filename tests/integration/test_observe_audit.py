@@ -191,3 +191,29 @@ def test_the_cli_records_the_os_user(db_url: str, capsys: pytest.CaptureFixture[
     assert (event["action"], event["actor"], event["target"]) == ("cancel", getpass.getuser(), "c")
     assert main(["audit", "--db", db_url, "--action", "start"]) == 0
     assert main(["audit", "--db", db_url, "--action", "explode"]) == 2
+
+
+async def test_prune_records_each_batch_it_removed(db_url: str) -> None:
+    rt = runtime(db_url)
+    async with working(rt, close=False):
+        for i in range(3):
+            run = await rt.start(app.agent, {"steps": 1}, thread_id=f"p{i}", actor="alice")
+            assert (await rt.wait(run.thread_id, timeout=WAIT)).status == "completed"
+
+        async def effects_done() -> bool:  # a run with an effect still to perform stays
+            return len(await rt.effects(status="done")) == 3
+
+        await eventually(effects_done, what="the runs' effects done")
+    await asyncio.sleep(0.05)  # "0s" ago is strictly before now
+    await rt.prune(completed="0s", dry_run=True, actor="ops")  # changes nothing: no row
+    assert [e.action for e in await rt.audit(action="prune")] == []
+    report = await rt.prune(completed="0s", actor="ops")
+    assert report.runs == 3
+    [event] = await rt.audit(action="prune")
+    assert (event.actor, event.thread_id) == ("ops", None)
+    assert event.details["runs"] == 3 and event.details["completed"] == "0s"
+    await rt.prune(completed="0s", actor="ops")  # nothing left to remove: no row
+    assert len(await rt.audit(action="prune")) == 1
+    # The audit log outlives the runs it names.
+    assert [e.thread_id for e in await rt.audit(action="start")] == ["p2", "p1", "p0"]
+    await rt.close()

@@ -7,7 +7,16 @@ from typing import Any
 import click
 
 from ..retention import Report
-from ._common import POSITIVE_INT, connection_options, console, dump, json_option, run, runtime_for
+from ._common import (
+    POSITIVE_INT,
+    cli_actor,
+    connection_options,
+    console,
+    dump,
+    json_option,
+    run,
+    runtime_for,
+)
 from ._root import cli
 
 
@@ -37,7 +46,7 @@ def prune_cmd(completed: str | None, failed: str | None, cancelled: str | None,
                 report = await rt.prune(
                     completed=completed, failed=failed, cancelled=cancelled, agent=agent,
                     keep_steps=keep_steps, keep_interrupts=keep_interrupts, dry_run=dry_run,
-                    progress=progress.update)
+                    progress=progress.update, actor=cli_actor())
             if not dry_run:
                 report.db_bytes_before, report.db_bytes_after = before, await _db_bytes(rt)
         finally:

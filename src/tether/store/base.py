@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import InvalidState
+from .audit import AUDIT_ACTIONS as AUDIT_ACTIONS
+from .audit import Audit as Audit
+from .audit import AuditRecord as AuditRecord
 from .measure import LoadStats
 from .retention_types import Retention
 
@@ -333,44 +336,6 @@ class StatusCounts:
         runs = {(status, version): int(n) for kind, status, version, n in rows if kind == "run"}
         effects = {status: int(n) for kind, status, _, n in rows if kind == "effect"}
         return cls(runs, effects)
-
-
-AUDIT_ACTIONS = ("start", "resume", "cancel", "fork", "send", "retry", "release", "route",
-                 "drain", "retire", "upgrade", "effect.retry", "prune")
-"""Operator actions the audit log records (DESIGN's list, and the runs' retry and release)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Audit:
-    """An operator action to record with the action itself. A Store method taking `audit=`
-    writes the row in the action's own transaction, only when the action happened (a refused
-    or failed action leaves none). `actor`: the token's name over HTTP, the OS user on the
-    CLI; `thread_id`: the run acted on (None for deployment actions); `target`: what was acted
-    on (a thread_id, a version, an effect key); `details`: a JSON object."""
-
-    actor: str
-    action: str
-    thread_id: str | None = None
-    target: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def params(self) -> dict[str, Any]:
-        """The insert_audit query's parameters."""
-        import orjson
-
-        return {"actor": self.actor, "action": self.action, "thread_id": self.thread_id,
-                "target": self.target, "details": orjson.dumps(self.details).decode()}
-
-
-@dataclass(frozen=True, slots=True)
-class AuditRecord:
-    id: int
-    at: float
-    actor: str
-    action: str
-    thread_id: str | None
-    target: str | None
-    details: str  # JSON
 
 
 class Store(Protocol):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .audit import Audit
 from .pg_conn import BEGIN, Conn, PgConnections
 from .retention_types import PRUNE_TABLES, Cutoffs, Pruned, Tombstone
 
@@ -38,7 +39,8 @@ class PgRetention:
         return [(str(s), str(a), int(n), int(b))
                 for s, a, n, b in await self._rows("prune_estimate", cutoffs.params())]
 
-    async def prune_runs(self, thread_ids: Sequence[str], cutoffs: Cutoffs) -> Pruned:
+    async def prune_runs(self, thread_ids: Sequence[str], cutoffs: Cutoffs,
+                         audit: Audit | None = None) -> Pruned:
         q = self._q
         params = {**cutoffs.params(), "ids": list(thread_ids)}
 
@@ -54,6 +56,8 @@ class PgRetention:
                     for table in PRUNE_TABLES:
                         curs.append(await conn.execute(q[f"prune_{table}"], {"ids": marked}))
                 rows = sum(max(0, c.rowcount) for c in curs)
+                if audit is not None:
+                    await conn.execute(q["insert_audit"], audit.counted(len(marked)).params())
             return Pruned(marked, rows)
 
         return await self._conns.transaction(body)

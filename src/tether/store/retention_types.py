@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .audit import Audit
+
 PRUNE_TABLES = ("checkpoints", "journal", "outbox", "mailbox", "interrupts", "groups",
                 "child_links", "runs_rows")
 """What goes with a pruned run, in the order it is removed (the run's row last)."""
@@ -64,10 +66,12 @@ class Retention(Protocol):
     async def prune_estimate(self, cutoffs: Cutoffs) -> list[tuple[str, str, int, int]]:
         """(status, agent, runs, payload bytes) of what a prune would remove; changes nothing."""
 
-    async def prune_runs(self, thread_ids: Sequence[str], cutoffs: Cutoffs) -> Pruned:
+    async def prune_runs(self, thread_ids: Sequence[str], cutoffs: Cutoffs,
+                         audit: Audit | None = None) -> Pruned:
         """In one transaction: of `thread_ids`, the runs still removable, with their
         checkpoints, journal, effects, mail, interrupts and group memberships; a tombstone
-        for each; children's links to them cleared. All or nothing."""
+        for each; children's links to them cleared; and `audit`'s row (its details given the
+        count removed) if any was. All or nothing."""
 
     async def get_tombstone(self, thread_id: str) -> Tombstone | None: ...
 

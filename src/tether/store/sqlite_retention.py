@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from .audit import Audit
 from .retention_types import PRUNE_TABLES, Cutoffs, Pruned, Tombstone
 
 Job = Callable[[sqlite3.Connection], Any]
@@ -50,7 +51,8 @@ class SQLiteRetention:
         return [(str(s), str(a), int(n), int(b))
                 for s, a, n, b in await self._rows("prune_estimate", cutoffs.params())]
 
-    async def prune_runs(self, thread_ids: Sequence[str], cutoffs: Cutoffs) -> Pruned:
+    async def prune_runs(self, thread_ids: Sequence[str], cutoffs: Cutoffs,
+                         audit: Audit | None = None) -> Pruned:
         q = self._q
         params = {**cutoffs.params(), "ids": orjson.dumps(list(thread_ids)).decode()}
 
@@ -61,6 +63,8 @@ class SQLiteRetention:
                 ids = {"ids": orjson.dumps(marked).decode()}
                 for table in PRUNE_TABLES:
                     rows += c.execute(q[f"prune_{table}"], ids).rowcount
+                if audit is not None:
+                    c.execute(q["insert_audit"], audit.counted(len(marked)).params())
             return Pruned(marked, rows)
 
         result: Pruned = await self._write(job)
