@@ -375,15 +375,16 @@ def dashboard_router(
     @view
     async def deployments(request: Request, v: Visit) -> Response:
         return page(request, v, "unavailable.html", nav="deployments", what="Deployments",
-                    why="this server has no deploy registry yet (versions, routing weights "
-                        "and draining arrive with rainbow deploys).")
+                    why="the dashboard does not show deployments yet (weights, state, "
+                        "runs by version, drain); the command tether deploy status|route|drain|retire "
+                        "does, over the same Runtime calls.")
 
     @router.get("/ui/workers")
     @view
     async def workers(request: Request, v: Visit) -> Response:
         return page(request, v, "unavailable.html", nav="workers", what="Workers",
-                    why="workers do not register themselves with the store yet, so the "
-                        "dashboard cannot list them, their slots or their heartbeats.")
+                    why="the dashboard does not list workers yet (slots, last heartbeat). "
+                        "The command tether workers does, from the same registry.")
 
     # -- live updates ----------------------------------------------------------------------
 
