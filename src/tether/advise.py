@@ -388,4 +388,5 @@ def measured_json(stats: LoadStats) -> dict[str, Any]:
         "effects": stats.effects, "effects_per_s": stats.effects / covered,
         "effects_dead": stats.effects_dead_now, "mail": stats.mail,
         "mail_per_s": stats.mail / covered, "max_connections": stats.max_connections,
+        "deploys": stats.new_versions, "weight_changes": stats.weight_changes,
     }

@@ -129,12 +129,23 @@ def register_workers(db_url: str, now: float) -> None:
     with raw(db_url) as conn:
         cur = conn.cursor()
         for wid, busy, seen in (("w1", 30, now), ("w2", 10, now), ("dead", 5, now - DAY)):
-            cur.execute(q, (wid, "h", 1, "v1", '{"a": ["n"]}', 100, busy, 30.0, now - DAY, seen))
+            cur.execute(q, (wid, "h", 1, "v1", '{"a": ["n"]}', 100, busy, 30.0, now - 2 * DAY,
+                            seen))
+
+
+def register_v2(db_url: str, now: float) -> None:
+    ph = "?" if db_url.startswith("sqlite") else "%s"
+    with raw(db_url) as conn:
+        conn.cursor().execute(
+            f"INSERT INTO workers (id, host, pid, version, agents, concurrency, busy, lease_ttl, "
+            f"started_at, last_seen, stopped_at) VALUES ({', '.join([ph] * 11)})",
+            ("w3", "h", 2, "v2", '{"a": ["n"]}', 50, 0, 30.0, now - 3600, now - 60, now - 60))
 
 
 def test_the_command_measures_probes_and_answers_in_json(db_url: str, tmp_path: Path) -> None:
     fill(db_url, time.time())
     register_workers(db_url, time.time())
+    register_v2(db_url, time.time())
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     out = tether("advise", "--measure", "--probe-seconds", "0.2", "--db", db_url, "--json",
@@ -146,6 +157,7 @@ def test_the_command_measures_probes_and_answers_in_json(db_url: str, tmp_path: 
     assert got["recommendation"] and got["reasons"] and got["settings"]
     m = got["measured"]
     assert (m["workers_live"], m["worker_slots"], m["worker_busy"]) == (2, 200, 40)
+    assert m["deploys"] == 1  # v2's first worker started in the window, v1's before it
     assert m["slot_utilisation"] == pytest.approx(0.2) and m["versions_live"] == ["v1"]
     assert any("2 live workers hold 200 slots, 20% busy" in r for r in got["reasons"])
     assert list(cwd.iterdir()) == []  # nothing written where it ran

@@ -48,6 +48,9 @@ class LoadStats:
     mail: int
     db_bytes: int
     max_connections: int | None
+    new_versions: int = 0
+    """Versions whose first registered worker started in the window (deploys)."""
+    weight_changes: int = 0
 
 
 def _num(v: Any) -> float | None:
@@ -76,6 +79,7 @@ async def measure(query: Query, now: float, window: float) -> LoadStats:
     (effects, dead, open_), = await query("measure_effects", p)
     (mail,), = await query("measure_mail", p)
     (db_bytes, max_conn), = await query("measure_db", {})
+    (new_versions, weight_changes), = await query("measure_deploys", p)
     return LoadStats(
         now=now, since=since, window=window, covered=max(0.0, now - since),
         runs_started=int(started), runs_finished=int(finished),
@@ -90,4 +94,5 @@ async def measure(query: Query, now: float, window: float) -> LoadStats:
         oldest_interrupt_at=_num(oldest_interrupt), effects=int(effects),
         effects_dead_now=int(dead), effects_open_now=int(open_), mail=int(mail),
         db_bytes=int(db_bytes or 0), max_connections=None if max_conn is None else int(max_conn),
+        new_versions=int(new_versions), weight_changes=int(weight_changes),
     )

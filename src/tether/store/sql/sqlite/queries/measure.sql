@@ -58,3 +58,10 @@ SELECT count(*) FROM mailbox WHERE created_at >= :since;
 -- name: measure_db
 -- The database's size in bytes (the WAL file apart) and, for Postgres only, max_connections.
 SELECT page_count * page_size, NULL FROM pragma_page_count(), pragma_page_size();
+
+-- name: measure_deploys
+-- Deploys in the window: versions whose first registered worker started in it, and changes of
+-- the routing weights (a version's row updated in it).
+SELECT (SELECT count(*) FROM (SELECT version FROM workers GROUP BY version
+                              HAVING MIN(started_at) >= :since) AS v),
+       (SELECT count(*) FROM deployments WHERE updated_at >= :since);
