@@ -52,11 +52,11 @@ def fill(db_url: str, now: float) -> None:
               f"attempt, started_at, finished_at) VALUES ({', '.join([ph] * 10)})")
     it_sql = (f"INSERT INTO interrupts (thread_id, step, idx, id, payload, status, created_at) "
               f"VALUES ({', '.join([ph] * 7)})")
-    start = (now - 10 * HOUR) // 60 * 60 + 1  # minute-aligned: the burst shares run 0's minute
+    first = (now - 10 * HOUR) // 60 * 60 + 1  # minute-aligned: the burst shares run 0's minute
     with raw(db_url) as conn:
         cur = conn.cursor()
         for i in range(RUNS):
-            created = start + i * 300
+            created = first + i * 300
             tid = f"r{i}"
             cur.execute(run_sql, (tid, "a", "v1", "completed", None, STEPS, b"{}", "h",
                                   created, created + STEPS * 0.5, None))
@@ -66,7 +66,7 @@ def fill(db_url: str, now: float) -> None:
                                      start + 0.5))
         for j in range(BURST):  # queued runs, all in the minute of run 0
             cur.execute(run_sql, (f"b{j}", "a", "v1", "queued", "n", 0, b"{}", "h",
-                                  start + 1 + j, start + 1 + j, None))
+                                  first + 1 + j, first + 1 + j, None))
         for k in range(WAITING):
             created = now - 3 * DAY
             cur.execute(run_sql, (f"w{k}", "a", "v1", "waiting", "n", 1, b"{}", "h", created,
