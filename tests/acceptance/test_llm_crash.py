@@ -121,7 +121,9 @@ async def test_killed_after_the_stream_was_journaled_the_step_does_not_call_agai
     done = await rt.wait(run.thread_id, timeout=WAIT)
     assert done.status == "completed", done.error
     assert len(fake.requests) == 1  # the journal answered the re-executed step
-    assert done.state["text"] == STORY and done.state["held_on"] == 2
+    # Re-executed at least once after the kill (more if a loaded machine let a lease lapse
+    # during the 30 s hold); however often, the journal answered it: one request above.
+    assert done.state["text"] == STORY and done.state["held_on"] >= 2
     expected = "ChatCompletion" if api == "openai" else "Message"
     assert done.state["type"] == expected  # the same pydantic type, from the journal
     full = await rt.get(run.thread_id)
