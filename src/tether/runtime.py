@@ -420,11 +420,23 @@ class Runtime:
         limit: int = 100,
         before: tuple[float, str] | None = None,
         inbox: bool = False,
+        version: str | None = None,
+        parent: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        prefix: str | None = None,
+        order: str = "newest",
     ) -> list[Run]:
-        """Runs newest first, without their state (use get() for that). `inbox=True` also
-        fills each run's inbox depth (one small query per run)."""
+        """Runs without their state (use get() for that), in `order`: newest or oldest
+        created first, or updated (latest updated first); filtered by status, agent,
+        version, parent run (its children), created in [since, until) and thread_id
+        prefix. `before` is the last row's cursor: (created_at, thread_id), or (updated_at,
+        thread_id) for order="updated". `inbox=True` also fills each run's inbox depth (one
+        small query per run)."""
         await self.open()
-        recs = await self.store.list_runs(status=status, agent=agent, limit=limit, before=before)
+        recs = await self.store.list_runs(status=status, agent=agent, limit=limit, before=before,
+                                          version=version, parent=parent, since=since,
+                                          until=until, prefix=prefix, order=order)
         runs = [to_run(r, None) for r in recs]
         if inbox:
             depths = await asyncio.gather(*(self.store.inbox_depth(r.thread_id) for r in runs))

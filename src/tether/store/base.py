@@ -384,8 +384,17 @@ class Store(Protocol):
         agent: str | None = None,
         limit: int = 100,
         before: tuple[float, str] | None = None,
+        version: str | None = None,
+        parent: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        prefix: str | None = None,
+        order: str = "newest",
     ) -> list[RunRecord]:
-        """Newest first; `before` is the (created_at, thread_id) cursor of the last row seen."""
+        """Runs in `order` (newest, oldest: by created_at; updated: by updated_at, latest
+        first), filtered by status, agent, version, parent run, created_at in [since, until)
+        and thread_id prefix; `before` is the cursor of the last row seen, in the order's key
+        ((created_at or updated_at, thread_id)). See store/listing.py."""
 
     async def claim_runs(
         self, worker: str, version: str, agents: Sequence[str], limit: int, lease_ttl: float

@@ -54,6 +54,7 @@ from .base import (
     new_run_params,
     same_run,
 )
+from .listing import RunQuery
 from .measure import LoadStats
 from .measure import measure as measure_load
 from .migrate import behind_message, latest, migrations
@@ -112,6 +113,7 @@ class PostgresStore:
         self._done_marks = DoneMarks(self.complete_effects, _DONE_BATCH)
         self._fx_after = ""  # where claim_effects' walk over runs stopped (round robin)
         self.retention = PgRetention(conns, self._q)
+        self._code_point_order: bool | None = None  # the database's text order (listing)
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.safe_url!r})"
@@ -235,15 +237,21 @@ class PostgresStore:
         agent: str | None = None,
         limit: int = 100,
         before: tuple[float, str] | None = None,
+        version: str | None = None,
+        parent: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        prefix: str | None = None,
+        order: str = "newest",
     ) -> list[RunRecord]:
-        params = {
-            "status": status,
-            "agent": agent,
-            "limit": limit,
-            "before_ts": before[0] if before else None,
-            "before_id": before[1] if before else None,
-        }
-        return [_run(r) for r in await self._conns.read(self._q["list_runs"], params)]
+        if self._code_point_order is None:
+            row = await self._conns.read_one(self._q["code_point_order"])
+            self._code_point_order = bool(row and row[0])
+        name, params = RunQuery(
+            status=status, agent=agent, version=version, parent=parent, since=since,
+            until=until, prefix=prefix, order=order, before=before, limit=limit,
+        ).plan(code_point_order=self._code_point_order)
+        return [_run(r) for r in await self._conns.read(self._q[name], params)]
 
     # -- leases ----------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from .base import (
     new_run_params,
     same_run,
 )
+from .listing import RunQuery
 from .measure import LoadStats
 from .measure import measure as measure_load
 from .migrate import behind_message, latest, queries
@@ -186,15 +187,18 @@ class SQLiteStore:
         agent: str | None = None,
         limit: int = 100,
         before: tuple[float, str] | None = None,
+        version: str | None = None,
+        parent: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        prefix: str | None = None,
+        order: str = "newest",
     ) -> list[RunRecord]:
-        q = self._q["list_runs"]
-        params = {
-            "status": status,
-            "agent": agent,
-            "limit": limit,
-            "before_ts": before[0] if before else None,
-            "before_id": before[1] if before else None,
-        }
+        name, params = RunQuery(
+            status=status, agent=agent, version=version, parent=parent, since=since,
+            until=until, prefix=prefix, order=order, before=before, limit=limit,
+        ).plan(code_point_order=True)  # thread_id's collation is BINARY
+        q = self._q[name]
         rows = await self._r(lambda c: c.execute(q, params).fetchall())
         return [_run(r) for r in rows]
 

@@ -70,17 +70,6 @@ FROM runs WHERE thread_id = %(thread_id)s;
 SELECT {{run_columns}}
 FROM runs WHERE idempotency_key = %(key)s;
 
--- name: list_runs
--- Newest first, keyset-paginated on (created_at, thread_id).
-SELECT {{run_columns}}
-FROM runs
-WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(agent)s::text IS NULL OR agent = %(agent)s::text)
-  AND (%(before_ts)s::float8 IS NULL
-       OR (created_at, thread_id) < (%(before_ts)s::float8, %(before_id)s::text))
-ORDER BY created_at DESC, thread_id DESC
-LIMIT %(limit)s;
-
 -- name: claim_runs
 -- Leases claimable runs of one version: each claim bumps the fencing epoch, so any earlier
 -- holder's writes (which check the epoch) are refused from here on. SKIP LOCKED: competing

@@ -54,15 +54,6 @@ SELECT thread_id, status FROM runs WHERE thread_id IN (SELECT value FROM json_ea
 -- name: get_run_by_key
 SELECT {{run_columns}} FROM runs WHERE idempotency_key = :key;
 
--- name: list_runs
--- Newest first, keyset-paginated on (created_at, thread_id).
-SELECT {{run_columns}} FROM runs
-WHERE (:status IS NULL OR status = :status)
-  AND (:agent IS NULL OR agent = :agent)
-  AND (:before_ts IS NULL OR (created_at, thread_id) < (:before_ts, :before_id))
-ORDER BY created_at DESC, thread_id DESC
-LIMIT :limit;
-
 -- name: claim_runs
 -- Leases claimable runs of one version: each claim bumps the fencing epoch, so any earlier
 -- holder's writes (which check the epoch) are refused from here on. Runs due now come first,

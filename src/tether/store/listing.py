@@ -1,0 +1,108 @@
+"""The runs list's filters and orders, decided once for every store: which named query serves
+a listing and with which parameters (each store only runs it).
+
+Every order is a keyset over an index: `newest` and `oldest` walk runs_created
+(created_at, thread_id) down or up, `updated` orders by (updated_at, thread_id). A listing's
+`before` is the cursor of the last row seen, in that order's key: (created_at, thread_id), or
+(updated_at, thread_id) for `updated`. Bounds that are not set are bound as infinities, so
+the time range and the cursor are always one index range, never an `IS NULL OR` the planner
+cannot use.
+
+A thread_id prefix is a range of the primary key, [prefix, the next string after every string
+that starts with it), where strings order by code point: SQLite's BINARY collation, a
+Postgres database in C, POSIX or C.UTF-8. Under a linguistic collation (en_US.UTF-8, ICU)
+the strings that start with a prefix need not be one range ('order-9' sorts after 'order.'),
+so there the prefix is only a filter (`starts_with`), exact but read along runs_created.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..errors import DefinitionError
+
+ORDERS = ("newest", "oldest", "updated")
+MAX_PREFIX = 200
+_INF = math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    """One listing: the filters (None = any), the order, the cursor and the page size."""
+
+    status: str | None = None
+    agent: str | None = None
+    version: str | None = None
+    parent: str | None = None
+    since: float | None = None
+    until: float | None = None
+    prefix: str | None = None
+    order: str = "newest"
+    before: tuple[float, str] | None = None
+    limit: int = 100
+
+    def __post_init__(self) -> None:
+        for name in ("status", "agent", "version", "parent", "prefix"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value
+                                      or len(value) > MAX_PREFIX or "\x00" in value):
+                raise DefinitionError(f"{name} must be a non-empty string of at most "
+                                      f"{MAX_PREFIX} characters without NUL, got {value!r}")
+        for name in ("since", "until"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool)
+                                      or not isinstance(value, (int, float))
+                                      or not math.isfinite(value)):
+                raise DefinitionError(f"{name} must be a finite number of seconds since the "
+                                      f"epoch, got {value!r}")
+        if self.order not in ORDERS:
+            raise DefinitionError(f"order must be one of {', '.join(ORDERS)}, got "
+                                  f"{self.order!r}")
+        if self.before is not None:
+            ts, tid = self.before
+            if (isinstance(ts, bool) or not isinstance(ts, (int, float))
+                    or not math.isfinite(ts) or not isinstance(tid, str)):
+                raise DefinitionError(f"before must be a (seconds, thread_id) cursor, got "
+                                      f"{self.before!r}")
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or not (
+                1 <= self.limit <= 10_000):
+            raise DefinitionError(f"limit must be within 1..10000, got {self.limit!r}")
+
+    def plan(self, *, code_point_order: bool) -> tuple[str, dict[str, object]]:
+        """The named query and its parameters. `code_point_order`: the store's thread_id
+        collation orders by code point, so a prefix can be a primary-key range."""
+        end = prefix_end(self.prefix) if self.prefix is not None else None
+        ranged = end is not None and code_point_order and self.parent is None
+        variant = "_parent" if self.parent is not None else "_prefix" if ranged else ""
+        name = f"list_runs_{self.order}{variant}"
+        down = self.order != "oldest"
+        if self.before is not None:
+            cur_ts, cur_id = float(self.before[0]), self.before[1]
+        else:  # a cursor before every row: +inf going down, -inf going up
+            cur_ts, cur_id = (_INF, "") if down else (-_INF, "")
+        params: dict[str, object] = {
+            "status": self.status, "agent": self.agent, "version": self.version,
+            "parent": self.parent, "prefix": self.prefix,
+            "since": -_INF if self.since is None else float(self.since),
+            "until": _INF if self.until is None else float(self.until),
+            "cur_ts": cur_ts, "cur_id": cur_id, "limit": self.limit,
+        }
+        if ranged:
+            params["lo"], params["hi"] = self.prefix, end
+        return name, params
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The least string greater than every string that starts with `prefix`, in code point
+    order: its last character incremented (surrogates skipped; a last U+10FFFF carries).
+    None when every character is U+10FFFF: no such string (the prefix is then a filter)."""
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        if last < 0x10FFFF:
+            nxt = last + 1
+            if 0xD800 <= nxt <= 0xDFFF:
+                nxt = 0xE000
+            return "".join(chars) + chr(nxt)
+    return None

@@ -1,0 +1,97 @@
+-- Postgres: the runs list (store/listing.py decides which query serves a listing). Each
+-- order is a keyset: the cursor (cur_ts, cur_id) is the key of the last row seen, bound as an
+-- infinity on the first page, and the time range is always bound (infinities when open), so
+-- both are index ranges. Status, agent, version and the prefix are filters on what the range
+-- reads; a `_prefix` query also reads only the primary-key range of the prefix, a `_parent`
+-- query only the run's children (runs_parent).
+
+-- fragment: run_filter
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(agent)s::text IS NULL OR agent = %(agent)s::text)
+  AND (%(version)s::text IS NULL OR version = %(version)s::text)
+  AND (%(prefix)s::text IS NULL OR starts_with(thread_id, %(prefix)s::text))
+  AND created_at >= %(since)s::float8 AND created_at < %(until)s::float8
+
+-- name: list_runs_newest
+-- Newest first (runs_created, downwards).
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) < (%(cur_ts)s::float8, %(cur_id)s::text)
+ORDER BY created_at DESC, thread_id DESC
+LIMIT %(limit)s;
+
+-- name: list_runs_newest_prefix
+-- list_runs_newest within the primary-key range of a thread_id prefix.
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) < (%(cur_ts)s::float8, %(cur_id)s::text)
+  AND thread_id >= %(lo)s::text AND thread_id < %(hi)s::text
+ORDER BY created_at DESC, thread_id DESC
+LIMIT %(limit)s;
+
+-- name: list_runs_newest_parent
+-- list_runs_newest of one run's children (runs_parent).
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) < (%(cur_ts)s::float8, %(cur_id)s::text)
+  AND parent_thread_id = %(parent)s::text
+ORDER BY created_at DESC, thread_id DESC
+LIMIT %(limit)s;
+
+-- name: list_runs_oldest
+-- Oldest first (runs_created, upwards).
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) > (%(cur_ts)s::float8, %(cur_id)s::text)
+ORDER BY created_at ASC, thread_id ASC
+LIMIT %(limit)s;
+
+-- name: list_runs_oldest_prefix
+-- list_runs_oldest within the primary-key range of a thread_id prefix.
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) > (%(cur_ts)s::float8, %(cur_id)s::text)
+  AND thread_id >= %(lo)s::text AND thread_id < %(hi)s::text
+ORDER BY created_at ASC, thread_id ASC
+LIMIT %(limit)s;
+
+-- name: list_runs_oldest_parent
+-- list_runs_oldest of one run's children (runs_parent).
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) > (%(cur_ts)s::float8, %(cur_id)s::text)
+  AND parent_thread_id = %(parent)s::text
+ORDER BY created_at ASC, thread_id ASC
+LIMIT %(limit)s;
+
+-- name: list_runs_updated
+-- Most recently updated first (by updated_at: no index keeps it, so a full read and a top-N sort of what the filters keep).
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (updated_at, thread_id) < (%(cur_ts)s::float8, %(cur_id)s::text)
+ORDER BY updated_at DESC, thread_id DESC
+LIMIT %(limit)s;
+
+-- name: list_runs_updated_prefix
+-- list_runs_updated within the primary-key range of a thread_id prefix.
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (updated_at, thread_id) < (%(cur_ts)s::float8, %(cur_id)s::text)
+  AND thread_id >= %(lo)s::text AND thread_id < %(hi)s::text
+ORDER BY updated_at DESC, thread_id DESC
+LIMIT %(limit)s;
+
+-- name: list_runs_updated_parent
+-- list_runs_updated of one run's children (runs_parent).
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (updated_at, thread_id) < (%(cur_ts)s::float8, %(cur_id)s::text)
+  AND parent_thread_id = %(parent)s::text
+ORDER BY updated_at DESC, thread_id DESC
+LIMIT %(limit)s;
+
+-- name: code_point_order
+-- Whether the database's default collation (thread_id's) orders text by code point, as C,
+-- POSIX and C.UTF-8 do: then a thread_id prefix is one primary-key range. Any linguistic
+-- collation fails one of the two (it ignores the hyphen, or puts 'a' before 'B').
+SELECT 'a-c' < 'ab' AND 'B' < 'a';

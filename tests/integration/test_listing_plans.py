@@ -1,0 +1,121 @@
+"""Plans of the runs list (store/listing.py) on both stores: a page costs what it shows, not
+what the table holds. The first page walks runs_created, a time range is a range of it, a
+thread_id prefix is a range of the primary key (never a LIKE over every run), a run's
+children come from runs_parent. Checked before and after ANALYZE (Postgres: its choice of
+index once analyzed; before, only that no plan reads the table whole)."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tether.store.listing import RunQuery
+from tether.store.migrate import queries
+
+RUNS = 20_000
+# Runs r000000..r019999, created one a second from t=1000; every 100th has parent r000000.
+INSERT_SQLITE = """
+    WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ? - 1)
+    INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash, epoch,
+                      attempt, created_at, updated_at, parent_thread_id)
+    SELECT printf('r%06d', i), 'a', 'v', 'completed', NULL, '{}', 'h', 1, 1, 1000 + i,
+           5000 + (i * 7919) % ?, CASE WHEN i % 100 = 1 THEN 'r000000' END FROM n"""
+INSERT_PG = b"""
+    INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash, epoch,
+                      attempt, created_at, updated_at, parent_thread_id)
+    SELECT 'r' || lpad(i::text, 6, '0'), 'a', 'v', 'completed', NULL, '{}', 'h', 1, 1,
+           1000 + i, 5000 + (i * 7919) %% %s, CASE WHEN i %% 100 = 1 THEN 'r000000' END
+    FROM generate_series(0, %s - 1) i"""
+
+CASES = {  # listing -> how many rows it returns
+    "first page": (RunQuery(limit=51), 51),
+    "oldest": (RunQuery(order="oldest", limit=51), 51),
+    "a time range": (RunQuery(since=1500, until=1600, limit=51), 51),
+    "a rare prefix": (RunQuery(prefix="r01234", limit=51), 10),
+    "a prefix, oldest": (RunQuery(prefix="r0123", order="oldest", limit=51), 51),
+    "a prefix, updated": (RunQuery(prefix="r01234", order="updated", limit=51), 10),
+    "children": (RunQuery(parent="r000000", limit=51), 51),
+}
+
+
+def _scans(node: dict[str, Any]) -> list[tuple[str, str]]:
+    here = ([(node["Node Type"], node.get("Index Name") or node.get("Relation Name", ""))]
+            if "Scan" in node["Node Type"] else [])
+    return here + [s for child in node.get("Plans", []) for s in _scans(child)]
+
+
+def _read(node: dict[str, Any]) -> int:
+    """Rows the plan's scans produced, plus those their filters threw away."""
+    here = 0
+    if "Scan" in node["Node Type"]:
+        here = node["Actual Rows"] * node.get("Actual Loops", 1) + sum(
+            v for k, v in node.items() if k.startswith("Rows Removed by"))
+    return here + sum(_read(child) for child in node.get("Plans", []))
+
+
+WANT_PG = {"first page": "runs_created", "oldest": "runs_created",
+           "a time range": "runs_created", "a rare prefix": "runs_pkey",
+           "a prefix, oldest": "runs_pkey", "a prefix, updated": "runs_pkey",
+           "children": "runs_parent"}
+
+
+@pytest.mark.postgres
+def test_postgres_pages_read_an_index_range(pg_url: str) -> None:
+    q = queries("postgres")
+    with psycopg.connect(pg_url, autocommit=True) as pg:
+        pg.execute(INSERT_PG, (RUNS, RUNS))
+        (ordered,), = pg.execute(q["code_point_order"].encode()).fetchall()
+        assert ordered, "the test database orders text by code point (C.UTF-8)"
+        for analyzed in (False, True):
+            if analyzed:
+                pg.execute(b"ANALYZE runs")
+            for what, (listing, rows) in CASES.items():
+                name, params = listing.plan(code_point_order=True)
+                (plan,), = pg.execute(("EXPLAIN (ANALYZE, FORMAT JSON) " + q[name]).encode(),
+                                      params).fetchall()
+                root = plan[0]["Plan"]
+                assert root["Actual Rows"] == rows, (what, analyzed)
+                scans = _scans(root)
+                assert "Seq Scan" not in {s[0] for s in scans}, (what, analyzed, scans)
+                if analyzed:  # unanalyzed, the planner may walk all of runs_created's entries
+                    assert [s[1] for s in scans] == [WANT_PG[what]], (what, scans)
+                    # A prefix's range holds at most 100 runs here (r0123xx).
+                    assert _read(root) <= 200, (what, _read(root))
+
+
+WANT_SQLITE = {
+    "first page": "SEARCH runs USING INDEX runs_created (created_at>? AND created_at<?)",
+    "oldest": "SEARCH runs USING INDEX runs_created (created_at>? AND created_at<?)",
+    "a time range": "SEARCH runs USING INDEX runs_created (created_at>? AND created_at<?)",
+    "a rare prefix": "SEARCH runs USING INDEX sqlite_autoindex_runs_1 (thread_id>? AND "
+                     "thread_id<?)",
+    "a prefix, oldest": "SEARCH runs USING INDEX sqlite_autoindex_runs_1 (thread_id>? AND "
+                        "thread_id<?)",
+    "a prefix, updated": "SEARCH runs USING INDEX sqlite_autoindex_runs_1 (thread_id>? AND "
+                         "thread_id<?)",
+    "children": "SEARCH runs USING INDEX runs_parent (parent_thread_id=?)",
+}
+
+
+def test_sqlite_pages_read_an_index_range(sqlite_template: Path, tmp_path: Path) -> None:
+    path = tmp_path / "listing.db"
+    shutil.copyfile(sqlite_template, path)
+    q = queries("sqlite")
+    with closing(sqlite3.connect(path)) as db:
+        db.execute(INSERT_SQLITE, (RUNS, RUNS))
+        db.commit()
+        for analyzed in (False, True):
+            if analyzed:
+                db.execute("ANALYZE")
+            for what, (listing, rows) in CASES.items():
+                name, params = listing.plan(code_point_order=True)
+                plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + q[name], params)]
+                assert plan[0] == WANT_SQLITE[what], (what, analyzed, plan)
+                assert not [p for p in plan if p.startswith("SCAN runs") and "INDEX" not in p]
+                assert len(db.execute(q[name], params).fetchall()) == rows, what
