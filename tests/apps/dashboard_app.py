@@ -4,6 +4,7 @@ dashboard_app:runtime`, with tests/apps on PYTHONPATH).
 `notify` effects fail (and are dead after one attempt) until the file named by
 $DASH_FX_OK exists: a test makes an effect dead, creates the file, and retries it. The
 `failing` agent fails the same way until $DASH_FIXED exists (then a retried run completes).
+The runtime's version is $DASH_VERSION (default v1): a test starts workers of two versions.
 """
 
 from __future__ import annotations
@@ -67,6 +68,18 @@ async def boom(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
     return tether.finish({"fixed": True})
 
 
+family = tether.Agent("family")
+
+
+@family.node(start=True)
+async def beget(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
+    """Spawns `kids` children, each spawning `kids - 1`, down to none: a tree of runs."""
+    kids = int(state.get("kids", 2))
+    for i in range(kids):
+        ctx.spawn("family", {"kids": kids - 1}, thread_id=f"{ctx.thread_id}.{i}")
+    return tether.finish({"spawned": kids})
+
+
 async def notify(payload: dict[str, Any], key: str) -> dict[str, Any]:
     flag = os.environ.get("DASH_FX_OK", "")
     if not flag or not os.path.exists(flag):
@@ -75,6 +88,7 @@ async def notify(payload: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 DB = os.environ.get("TETHER_DB", "sqlite:///tether.db")
-runtime = tether.Runtime(DB, agents=[approval, ticker, notifier, failing], version="v1",
+runtime = tether.Runtime(DB, agents=[approval, ticker, notifier, failing, family],
+                         version=os.environ.get("DASH_VERSION", "v1"),
                          lease_ttl=2.0, poll_interval=0.1)
 runtime.effect("notify", retry=tether.RetryPolicy(attempts=1))(notify)

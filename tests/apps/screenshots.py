@@ -8,6 +8,7 @@ of tests/apps/dashboard_app.py in every interesting state, and Debian's Chromium
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -63,8 +64,17 @@ def main(argv: list[str]) -> int:
         procs = Procs(Path(tmp), db)
         try:
             server = procs.serve(app=APP, worker=True)
+            os.environ["DASH_VERSION"] = "v2"  # a worker of a second version
+            try:
+                procs.worker(app=APP)
+            finally:
+                del os.environ["DASH_VERSION"]
             with server.client() as c:
                 ids = seed(c)
+                wait_until(lambda: len(c.get("/workers").json()["workers"]) == 2, 60,
+                           "both workers")
+                # v1 drains: new runs go to v2, v1's waiting runs finish on it.
+                c.put("/deployments", json={"weights": {"v1": 0, "v2": 100}}).raise_for_status()
                 wait_until(lambda: "dead" in effect_statuses(db, ids["notifier"]), 60,
                            "the dead effect")
             shots(server.base_url, ids, out)
@@ -91,7 +101,8 @@ def shots(base: str, ids: dict[str, str], out: Path) -> None:
             views = [("overview", "/ui"), ("runs", "/ui/runs"),
                      ("run", f"/ui/runs/{ids['ticker']}"), ("inbox", "/ui/interrupts"),
                      ("effects", "/ui/effects"), ("failed-run", f"/ui/runs/{ids['failing']}"),
-                     ("step", f"/ui/runs/{ids['approval']}/steps/1")]
+                     ("step", f"/ui/runs/{ids['approval']}/steps/1"),
+                     ("deployments", "/ui/deployments"), ("workers", "/ui/workers")]
             for name, path in views:
                 page.goto(base + path)
                 if name == "run":

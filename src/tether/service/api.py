@@ -302,8 +302,9 @@ def create_app(
     )
     app.add_middleware(_Guard, token=token or None, max_body=max_body_bytes, read_only=read_only)
     app.state.draining = False
+    # The dashboard's actions name the token's too; without a token, "dashboard".
     app.include_router(dashboard_router(runtime, token=token or None, read_only=read_only,
-                                        actor=actor,
+                                        actor=actor if token else "dashboard",
                                         draining=lambda: app.state.draining))
     add_metrics_route(app, runtime, metrics)
     add_audit_route(app, runtime)

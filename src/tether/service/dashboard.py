@@ -11,8 +11,6 @@ and has changed nothing.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,32 +23,24 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
-from ..errors import InvalidState, ResumeConflict, RunNotFound, SerializationError, TetherError
-from ..runtime import Run, RunStatus, Runtime
-from ..store.base import StatusCounts
-from .dashboard_auth import COOKIE, SESSION_TTL, UiAuth
-from .dashboard_input import (
-    MAX_ID,
-    PAGE_SIZES,
-    Refused,
-    RunFilter,
-    check_id,
-    decode_cursor,
-    encode_cursor,
+from ..errors import (
+    InvalidState,
+    ResumeConflict,
+    RunNotFound,
+    SerializationError,
+    TetherError,
 )
+from ..runtime import Runtime
+from .dashboard_auth import COOKIE, SESSION_TTL, UiAuth
+from .dashboard_data import Views
+from .dashboard_input import Refused, RunFilter, check_id
 from .dashboard_live import LiveHub
-from .dashboard_render import environment, render, state_diff, timeline
+from .dashboard_render import environment, render, state_diff
 from .events import encode
 
 log = logging.getLogger("tether.dashboard")
 audit = logging.getLogger("tether.audit")
 
-COUNT_CAP = 1000
-"""Counts of pending interrupts stop here ("1000+")."""
-SAMPLE = 1000
-"""The overview's latest failures are those among the newest SAMPLE runs."""
-COUNTS_EVERY = 5.0
-"""Seconds between two store-wide counts (runtime.status_counts: a full count)."""
 STATIC = {
     "htmx.min.js": "text/javascript; charset=utf-8",
     "live.js": "text/javascript; charset=utf-8",
@@ -71,6 +61,8 @@ NOTICES = {
     "forked": "Forked: this is the new run.",
     "retried": "Effect queued for another attempt.",
     "run-retried": "Run queued again from its failed step.",
+    "routed": "Weights saved: new runs are routed by them.",
+    "drained": "Draining: no new run goes to that version; its open runs finish on it.",
     "signed-out": "Signed out.",
 }
 
@@ -83,10 +75,6 @@ class Visit:
     new_cookie: str | None
 
 
-def fingerprint(value: Any) -> str:
-    return hashlib.sha1(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
-
-
 def dashboard_router(
     runtime: Runtime,
     *,
@@ -94,7 +82,7 @@ def dashboard_router(
     read_only: bool = False,
     live_poll: float = 0.5,
     draining: Callable[[], bool] = lambda: False,
-    actor: str = "anonymous",
+    actor: str = "dashboard",
 ) -> APIRouter:
     """The dashboard's routes, all under /ui and none in the OpenAPI schema. With `token`,
     every page and action needs a session made by signing in with it; `read_only` shows the
@@ -172,9 +160,9 @@ def dashboard_router(
             raise Refused(415, "Forms must be sent as application/x-www-form-urlencoded.")
         try:
             parsed = parse_qs((await request.body()).decode("utf-8"), keep_blank_values=True,
-                              strict_parsing=False, max_num_fields=20)
+                              strict_parsing=False, max_num_fields=200)
         except (UnicodeDecodeError, ValueError):
-            raise Refused(400, "The form could not be read.") from None
+            raise Refused(400, "The form could not be read (at most 200 fields).") from None
         fields = {k: vals[-1] for k, vals in parsed.items()}
         if v.new_cookie is not None or not auth.check_csrf(v.nonce, fields.get("csrf")):
             raise Refused(403, "This form is stale: its security token belongs to another "
@@ -189,113 +177,9 @@ def dashboard_router(
         audit.info("dashboard %s %s", action, fields,
                    extra={"action": action, "client": client, **fields})
 
-    # -- data of the views (pages and their live probes share them) -------------------------
-
-    counted: list[tuple[float, StatusCounts]] = []
-    counting = asyncio.Lock()
-
-    async def store_counts() -> StatusCounts:
-        """runtime.status_counts() (a full count) at most every COUNTS_EVERY seconds, shared
-        by every page and live probe of this server."""
-        async with counting:
-            if not counted or time.monotonic() - counted[0][0] >= COUNTS_EVERY:
-                counted[:] = [(time.monotonic(), await runtime.status_counts())]
-            return counted[0][1]
-
-    async def overview_data() -> dict[str, Any]:
-        totals = await store_counts()
-        counts = {s.value: 0 for s in RunStatus}
-        versions: dict[str, dict[str, int]] = {}
-        for (status, version), n in totals.runs.items():
-            counts[status] = counts.get(status, 0) + n
-            versions.setdefault(version, {s.value: 0 for s in RunStatus})[status] = n
-        # Failures among the newest runs: a bounded index range, where a filtered read of a
-        # rare status would scan a big store's whole table.
-        sample = await runtime.list_runs(limit=SAMPLE)
-        failed = [r for r in sample if r.status == RunStatus.FAILED][:5]
-        pending = await runtime.interrupts(limit=COUNT_CAP + 1)
-        dead = totals.effects.get("dead", 0)
-        return {"counts": counts, "versions": dict(sorted(versions.items())),
-                "sample": SAMPLE, "pending": len(pending), "dead": dead,
-                "effects": dict(sorted(totals.effects.items())),
-                "recent": sample[:10], "failed": failed, "cap": COUNT_CAP,
-                "fp": fingerprint([[(r.thread_id, r.status, r.step) for r in sample[:50]],
-                                   sorted(totals.runs.items()), totals.effects,
-                                   len(pending)])}
-
-    async def runs_data(f: RunFilter) -> dict[str, Any]:
-        before = decode_cursor(f.cursor) if f.cursor else None
-        try:
-            runs = await runtime.list_runs(status=f.status, agent=f.agent, limit=f.limit + 1,
-                                           before=before)
-        except TetherError as exc:
-            raise Refused(400, str(exc)) from None
-        page_runs = runs[: f.limit]
-        nxt = f.query(cursor=encode_cursor(page_runs[-1])) if len(runs) > f.limit else None
-        return {"runs": page_runs, "filter": f, "next": nxt, "statuses": list(RunStatus),
-                "sizes": PAGE_SIZES, "agents": sorted(runtime.agents),
-                "fp": fingerprint([(r.thread_id, r.status, r.step, r.updated_at)
-                                   for r in page_runs])}
-
-    async def run_live(thread_id: str) -> tuple[Run, list[Any], list[Any], list[Any], str]:
-        """The run's row (peek: no state), interrupts, effects, mail and their fingerprint:
-        what the live probe of a run page reads every poll."""
-        try:
-            run = await runtime.peek(thread_id)
-        except RunNotFound:
-            raise Refused(404, f"No run with thread_id {thread_id!r}.") from None
-        interrupts = await runtime.interrupts(thread_id=thread_id, status=None, limit=1000)
-        effects = await runtime.effects(thread_id, limit=1000)
-        inbox = await runtime.inbox(thread_id)
-        fp = fingerprint([run.status, run.step, run.updated_at, len(inbox),
-                          [(i.id, i.status) for i in interrupts],
-                          [(e.key, e.status, e.attempts) for e in effects]])
-        return run, interrupts, effects, inbox, fp
-
-    async def run_data(thread_id: str, upto: int | None = None) -> dict[str, Any]:
-        run, interrupts, effects, inbox, fp = await run_live(thread_id)
-        cps = await runtime.checkpoints(thread_id)
-        # The state after the last checkpoint is the run's state; before its first step it
-        # is the input, which only get() reads.
-        current = cps[-1] if cps else None
-        if current is not None and current.step == run.step:
-            run = dataclasses.replace(run, state=current.state, inbox_depth=len(inbox))
-        else:
-            run = dataclasses.replace(await runtime.get(thread_id), inbox_depth=len(inbox))
-        return {"run": run, "interrupts": interrupts, "effects": effects, "inbox": inbox,
-                "timeline": timeline(cps, upto), "fp": fp,
-                "pending": [i for i in interrupts if i.status == "pending"]}
-
-    async def inbox_data() -> dict[str, Any]:
-        pending = await runtime.interrupts(limit=500)
-        return {"interrupts": pending, "fp": fingerprint([i.id for i in pending])}
-
-    async def effects_data() -> dict[str, Any]:
-        dead = await runtime.effects(status="dead", limit=500)
-        pending = [*await runtime.effects(status="pending", limit=500),
-                   *await runtime.effects(status="running", limit=500)]
-        return {"dead": dead, "pending": pending,
-                "fp": fingerprint([(e.thread_id, e.key, e.status, e.attempts)
-                                   for e in (*dead, *pending)])}
-
-    def probe(topic: str) -> Callable[[], Awaitable[str]] | None:
-        """The live probe of a topic a page named, or None for one no page names."""
-        kind, _, arg = topic.partition(":")
-        if kind == "overview" and not arg:
-            return lambda: _fp(overview_data())
-        if kind == "inbox" and not arg:
-            return lambda: _fp(inbox_data())
-        if kind == "effects" and not arg:
-            return lambda: _fp(effects_data())
-        if kind == "runs":
-            q = {k: v[-1] for k, v in parse_qs(arg).items()}
-            f = RunFilter.parse(q)
-            return lambda: _fp(runs_data(f))
-        if kind == "run" and arg and len(arg) <= MAX_ID:
-            async def run_probe() -> str:
-                return (await run_live(arg))[4]
-            return run_probe
-        return None
+    views = Views(runtime)
+    overview_data, runs_data, run_data = views.overview, views.runs, views.run
+    inbox_data, effects_data, probe = views.inbox, views.effects, views.probe
 
     # -- pages -----------------------------------------------------------------------------
 
@@ -374,17 +258,14 @@ def dashboard_router(
     @router.get("/ui/deployments")
     @view
     async def deployments(request: Request, v: Visit) -> Response:
-        return page(request, v, "unavailable.html", nav="deployments", what="Deployments",
-                    why="the dashboard does not show deployments yet (weights, state, "
-                        "runs by version, drain); the command tether deploy status|route|drain|retire "
-                        "does, over the same Runtime calls.")
+        return page(request, v, "deployments.html", nav="deployments", live="deployments",
+                    **await views.deployments())
 
     @router.get("/ui/workers")
     @view
     async def workers(request: Request, v: Visit) -> Response:
-        return page(request, v, "unavailable.html", nav="workers", what="Workers",
-                    why="the dashboard does not list workers yet (slots, last heartbeat). "
-                        "The command tether workers does, from the same registry.")
+        return page(request, v, "workers.html", nav="workers", live="workers",
+                    **await views.workers())
 
     # -- live updates ----------------------------------------------------------------------
 
@@ -502,6 +383,10 @@ def dashboard_router(
             return await back_to_run(request, v, exc, fields)
         if v is None:
             return page(request, None, "message.html", exc.status, error=exc.message)
+        if request.url.path.startswith("/ui/deployments"):
+            return page(request, v, "deployments.html", exc.status, nav="deployments",
+                        live="deployments", error=exc.message, typed=fields,
+                        **await views.deployments())
         if request.url.path.startswith("/ui/effects"):
             return page(request, v, "effects.html", exc.status, nav="effects", live="effects",
                         error=exc.message, **await effects_data())
@@ -520,7 +405,7 @@ def dashboard_router(
     async def do_retry_run(request: Request, fields: dict[str, str]) -> Response:
         tid = check_id(request.path_params["thread_id"], "thread_id")
         try:
-            await runtime.retry(tid)
+            await runtime.retry(tid, actor=actor)
         except RunNotFound:
             raise Refused(404, f"No run with thread_id {tid!r}; nothing was retried.") from None
         except InvalidState as exc:
@@ -593,8 +478,3 @@ def dashboard_router(
         raise Refused(404, f"There is no dashboard page at {request.url.path!r}.")
 
     return router
-
-
-async def _fp(data: Awaitable[dict[str, Any]]) -> str:
-    fp: str = (await data)["fp"]
-    return fp

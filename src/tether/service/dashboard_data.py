@@ -1,0 +1,225 @@
+"""What each dashboard view shows, read through the Runtime's public calls only, with the
+fingerprint its live probe compares (dashboard_live): a page and its probe share one reader.
+
+Reads are bounded whatever the store holds: a page of runs is a keyset range, a run's
+children tree stops at TREE_CAP runs, counts of pending interrupts stop at COUNT_CAP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
+
+import orjson
+
+from ..errors import RunNotFound, TetherError
+from ..runtime import Run, RunStatus, Runtime
+from ..store.base import StatusCounts
+from .dashboard_input import (
+    MAX_ID,
+    ORDERS,
+    PAGE_SIZES,
+    Refused,
+    RunFilter,
+    decode_cursor,
+    encode_cursor,
+)
+from .dashboard_render import timeline
+
+COUNT_CAP = 1000
+"""Counts of pending interrupts stop here ("1000+")."""
+SAMPLE = 1000
+"""The overview's latest failures are those among the newest SAMPLE runs."""
+COUNTS_EVERY = 5.0
+"""Seconds between two store-wide counts (runtime.status_counts: a full count)."""
+TREE_CAP = 100
+"""A run page shows at most this many runs of its children tree (then says so)."""
+TREE_DEPTH = 6
+"""... and goes at most this many generations down."""
+
+
+def fingerprint(value: Any) -> str:
+    return hashlib.sha1(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+@dataclass(slots=True)
+class Node:
+    """A run in a children tree, with its own children (`more`: some were not read)."""
+
+    run: Run
+    children: list[Node] = field(default_factory=list)
+    more: bool = False
+
+
+class Views:
+    """The data of every view over one Runtime; one per dashboard (it caches store-wide
+    counts for COUNTS_EVERY seconds, shared by every page and probe)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self._counted: list[tuple[float, StatusCounts]] = []
+        self._counting = asyncio.Lock()
+
+    async def store_counts(self) -> StatusCounts:
+        async with self._counting:
+            if not self._counted or time.monotonic() - self._counted[0][0] >= COUNTS_EVERY:
+                self._counted[:] = [(time.monotonic(), await self.runtime.status_counts())]
+            return self._counted[0][1]
+
+    async def overview(self) -> dict[str, Any]:
+        totals = await self.store_counts()
+        counts = {s.value: 0 for s in RunStatus}
+        versions: dict[str, dict[str, int]] = {}
+        for (status, version), n in totals.runs.items():
+            counts[status] = counts.get(status, 0) + n
+            versions.setdefault(version, {s.value: 0 for s in RunStatus})[status] = n
+        # Failures among the newest runs: a bounded index range, where a filtered read of a
+        # rare status would scan a big store's whole table.
+        sample = await self.runtime.list_runs(limit=SAMPLE)
+        failed = [r for r in sample if r.status == RunStatus.FAILED][:5]
+        pending = await self.runtime.interrupts(limit=COUNT_CAP + 1)
+        dead = totals.effects.get("dead", 0)
+        return {"counts": counts, "versions": dict(sorted(versions.items())),
+                "sample": SAMPLE, "pending": len(pending), "dead": dead,
+                "effects": dict(sorted(totals.effects.items())),
+                "recent": sample[:10], "failed": failed, "cap": COUNT_CAP,
+                "fp": fingerprint([[(r.thread_id, r.status, r.step) for r in sample[:50]],
+                                   sorted(totals.runs.items()), totals.effects,
+                                   len(pending)])}
+
+    async def runs(self, f: RunFilter) -> dict[str, Any]:
+        before = decode_cursor(f.cursor) if f.cursor else None
+        try:
+            runs = await self.runtime.list_runs(
+                status=f.status, agent=f.agent, version=f.version, since=f.since_ts,
+                until=f.until_ts, prefix=f.prefix, order=f.order, limit=f.limit + 1,
+                before=before)
+        except TetherError as exc:
+            raise Refused(400, str(exc)) from None
+        page_runs = runs[: f.limit]
+        nxt = (f.query(cursor=encode_cursor(page_runs[-1], f.order))
+               if len(runs) > f.limit else None)
+        return {"runs": page_runs, "filter": f, "next": nxt, "statuses": list(RunStatus),
+                "sizes": PAGE_SIZES, "orders": ORDERS, "agents": sorted(self.runtime.agents),
+                "fp": fingerprint([(r.thread_id, r.status, r.step, r.updated_at)
+                                   for r in page_runs])}
+
+    async def run_live(self, thread_id: str) -> tuple[Run, list[Any], list[Any], list[Any],
+                                                      list[Run], str]:
+        """The run's row (peek: no state), interrupts, effects, mail, direct children and
+        their fingerprint: what the live probe of a run page reads every poll."""
+        rt = self.runtime
+        try:
+            run = await rt.peek(thread_id)
+        except RunNotFound:
+            raise Refused(404, f"No run with thread_id {thread_id!r}.") from None
+        interrupts = await rt.interrupts(thread_id=thread_id, status=None, limit=1000)
+        effects = await rt.effects(thread_id, limit=1000)
+        inbox = await rt.inbox(thread_id)
+        children = await rt.list_runs(parent=thread_id, order="oldest", limit=TREE_CAP + 1)
+        fp = fingerprint([run.status, run.step, run.updated_at, len(inbox),
+                          [(i.id, i.status) for i in interrupts],
+                          [(e.key, e.status, e.attempts) for e in effects],
+                          [(c.thread_id, c.status, c.step) for c in children]])
+        return run, interrupts, effects, inbox, children, fp
+
+    async def tree(self, children: list[Run]) -> tuple[list[Node], int, bool]:
+        """The children tree under a run whose direct children are `children` (read with
+        one more than TREE_CAP): breadth first, one read per run that has children, at most
+        TREE_CAP runs and TREE_DEPTH generations. Returns the roots, how many runs it holds
+        and whether it was cut short."""
+        roots = [Node(c) for c in children[:TREE_CAP]]
+        shown, cut = len(roots), len(children) > TREE_CAP
+        level, depth = roots, 1
+        while level and shown < TREE_CAP and depth < TREE_DEPTH:
+            nxt: list[Node] = []
+            for node in level:
+                room = TREE_CAP - shown
+                if room <= 0:
+                    node.more, cut = True, True
+                    continue
+                kids = await self.runtime.list_runs(parent=node.run.thread_id, order="oldest",
+                                                    limit=room + 1)
+                node.children = [Node(k) for k in kids[:room]]
+                if len(kids) > room:
+                    node.more, cut = True, True
+                shown += len(node.children)
+                nxt += node.children
+            level, depth = nxt, depth + 1
+        if level and depth >= TREE_DEPTH:
+            for node in level:  # the last generation shown: do its runs have children?
+                if await self.runtime.list_runs(parent=node.run.thread_id, limit=1):
+                    node.more, cut = True, True
+        return roots, shown, cut
+
+    async def run(self, thread_id: str, upto: int | None = None) -> dict[str, Any]:
+        run, interrupts, effects, inbox, children, fp = await self.run_live(thread_id)
+        cps = await self.runtime.checkpoints(thread_id)
+        # The state after the last checkpoint is the run's state; before its first step it
+        # is the input, which only get() reads.
+        current = cps[-1] if cps else None
+        if current is not None and current.step == run.step:
+            run = dataclasses.replace(run, state=current.state, inbox_depth=len(inbox))
+        else:
+            run = dataclasses.replace(await self.runtime.get(thread_id), inbox_depth=len(inbox))
+        roots, shown, cut = await self.tree(children)
+        return {"run": run, "interrupts": interrupts, "effects": effects, "inbox": inbox,
+                "timeline": timeline(cps, upto), "fp": fp,
+                "tree": roots, "tree_size": shown, "tree_cut": cut, "tree_cap": TREE_CAP,
+                "pending": [i for i in interrupts if i.status == "pending"]}
+
+    async def inbox(self) -> dict[str, Any]:
+        pending = await self.runtime.interrupts(limit=500)
+        return {"interrupts": pending, "fp": fingerprint([i.id for i in pending])}
+
+    async def effects(self) -> dict[str, Any]:
+        rt = self.runtime
+        dead = await rt.effects(status="dead", limit=500)
+        pending = [*await rt.effects(status="pending", limit=500),
+                   *await rt.effects(status="running", limit=500)]
+        return {"dead": dead, "pending": pending,
+                "fp": fingerprint([(e.thread_id, e.key, e.status, e.attempts)
+                                   for e in (*dead, *pending)])}
+
+    async def deployments(self) -> dict[str, Any]:
+        found = await self.runtime.deployments()
+        statuses = ("queued", "running", "waiting", "sleeping")
+        return {"deployments": found, "open_statuses": statuses,
+                "routable": [d for d in found if d.state != "retired"],
+                "fp": fingerprint([(d.version, d.weight, d.state, d.workers,
+                                    sorted(d.runs.items()), d.stranded) for d in found])}
+
+    async def workers(self) -> dict[str, Any]:
+        found = sorted(await self.runtime.workers(),
+                       key=lambda w: (not w.alive, w.version, w.started_at, w.id))
+        return {"workers": found,
+                "fp": fingerprint([(w.id, w.alive, w.busy, w.concurrency) for w in found])}
+
+    def probe(self, topic: str) -> Callable[[], Awaitable[str]] | None:
+        """The live probe of a topic a page named, or None for one no page names."""
+        kind, _, arg = topic.partition(":")
+        plain: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
+            "overview": self.overview, "inbox": self.inbox, "effects": self.effects,
+            "deployments": self.deployments, "workers": self.workers}
+        if kind in plain and not arg:
+            view = plain[kind]
+            return lambda: _fp(view())
+        if kind == "runs":
+            f = RunFilter.parse({k: v[-1] for k, v in parse_qs(arg).items()})
+            return lambda: _fp(self.runs(f))
+        if kind == "run" and arg and len(arg) <= MAX_ID:
+            async def run_probe() -> str:
+                return (await self.run_live(arg))[5]
+            return run_probe
+        return None
+
+
+async def _fp(data: Awaitable[dict[str, Any]]) -> str:
+    fp: str = (await data)["fp"]
+    return fp

@@ -1,0 +1,126 @@
+"""The dashboard's operator views in Debian's headless Chromium (Playwright), against a real
+`tether serve` and real workers of two versions, on every store: route and drain a version
+and watch its state change (live, in a second tab), bad weights refused with nothing changed,
+the workers list, the runs list's filters and orders in the URL, a run's children tree."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import BrowserContext, Page, expect
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "apps"))
+
+import test_dashboard as dash
+from http_harness import Procs, Server, wait_until
+from test_dashboard import APP, error_banner, wait_status
+
+# The browser, its context, the processes and a server of one version: test_dashboard's.
+browser, context, procs, server = dash.browser, dash.context, dash.procs, dash.server
+
+
+def deployment(c: httpx.Client, version: str) -> dict[str, Any]:
+    found = [d for d in c.get("/deployments").json()["deployments"] if d["version"] == version]
+    assert found, version
+    return found[0]
+
+
+def row(page: Page, version: str) -> Any:
+    return page.locator(f"table.deployments tr[data-version='{version}']")
+
+
+@pytest.fixture
+def two_versions(procs: Procs, monkeypatch: pytest.MonkeyPatch) -> Server:
+    """A server and a worker of v1, and a worker of v2 (the app reads $DASH_VERSION)."""
+    s = procs.serve(app=APP)
+    procs.worker(app=APP)
+    monkeypatch.setenv("DASH_VERSION", "v2")
+    procs.worker(app=APP)
+    monkeypatch.delenv("DASH_VERSION")
+    with s.client() as c:
+        wait_until(lambda: {w["version"] for w in c.get("/workers").json()["workers"]
+                            if w["alive"]} == {"v1", "v2"}, 30, "a live worker of each version")
+    return s
+
+
+def test_workers_are_listed_with_their_slots_and_heartbeat(two_versions: Server,
+                                                           context: BrowserContext) -> None:
+    server = two_versions
+    with server.client() as c:
+        workers = c.get("/workers").json()["workers"]
+    page = context.new_page()
+    page.goto(f"{server.base_url}/ui/workers")
+    rows = page.locator("table.workers tbody tr")
+    expect(rows).to_have_count(len(workers))
+    for w in workers:
+        r = page.locator(f"tr[data-worker='{w['id']}']")
+        expect(r).to_contain_text(w["host"])
+        expect(r).to_contain_text(w["version"])
+        expect(r).to_contain_text(f"{w['busy']} / {w['concurrency']}")
+        expect(r.locator("[data-field=alive]")).to_have_text("alive")
+        expect(r).to_contain_text("approval")
+
+
+def test_runs_list_filters_and_orders_live_in_the_url(server: Server,
+                                                      context: BrowserContext) -> None:
+    with server.client() as c:
+        made = []
+        for name in ("order-1", "order-2", "order-3", "order_x", "invoice-1"):
+            r = c.post("/runs", json={"agent": "ticker", "input": {"steps": 1},
+                                      "thread_id": name})
+            assert r.status_code == 201, r.text
+            made.append(name)
+        for name in made:
+            wait_status(c, name, "completed")
+    page = context.new_page()
+    page.goto(f"{server.base_url}/ui/runs")
+    page.get_by_label("thread_id starts with").fill("order-")
+    page.get_by_label("Order").select_option("oldest")
+    page.get_by_label("Per page").select_option("20")
+    page.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url(re.compile(r"prefix=order-.*order=oldest"))
+    ids = page.locator("table.runs > tbody > tr")
+    expect(ids).to_have_count(3)  # not order_x: the prefix is no LIKE pattern
+    expect(ids.first).to_have_attribute("data-thread", "order-1")
+    page.get_by_label("Order").select_option("newest")
+    page.get_by_role("button", name="Filter").click()
+    expect(ids.first).to_have_attribute("data-thread", "order-3")
+    page.goto(f"{server.base_url}/ui/runs?prefix=order_")
+    expect(ids).to_have_count(1)
+    page.goto(f"{server.base_url}/ui/runs?version=v1&since=2000-01-01&until=2999-01-01"
+              "&limit=20")
+    expect(ids).to_have_count(5)
+    page.goto(f"{server.base_url}/ui/runs?version=v7")
+    expect(page.get_by_text("No runs match.")).to_be_visible()
+    page.goto(f"{server.base_url}/ui/runs?since=2999-01-01T00:00")
+    expect(page.get_by_text("No runs match.")).to_be_visible()
+    resp = page.goto(f"{server.base_url}/ui/runs?since=yesterday")
+    assert resp is not None and resp.status == 400
+    expect(error_banner(page)).to_contain_text("Created since must be a date")
+    resp = page.goto(f"{server.base_url}/ui/runs?order=sideways")
+    assert resp is not None and resp.status == 400
+    expect(error_banner(page)).to_contain_text("Unknown order 'sideways'")
+
+
+def test_a_runs_children_are_a_tree(server: Server, context: BrowserContext) -> None:
+    with server.client() as c:
+        r = c.post("/runs", json={"agent": "family", "input": {"kids": 2}, "thread_id": "fam"})
+        assert r.status_code == 201, r.text
+        for tid in ("fam", "fam.0", "fam.1", "fam.0.0", "fam.1.0"):
+            wait_status(c, tid, "completed")
+    page = context.new_page()
+    page.goto(f"{server.base_url}/ui/runs/fam")
+    tree = page.locator("section.children")
+    expect(tree.locator("li[data-child]")).to_have_count(4)
+    kid = tree.locator("li[data-child='fam.0']")
+    expect(kid.locator("> .status")).to_have_text("completed")
+    expect(kid.locator("li[data-child='fam.0.0']")).to_be_visible()  # nested under its parent
+    kid.get_by_role("link", name="fam.0.0").click()
+    expect(page).to_have_url(re.compile(r"/ui/runs/fam\.0\.0$"))
+    expect(page.locator("dl.summary")).to_contain_text("fam.0")  # its parent
+    expect(page.locator("section.children")).to_have_count(0)  # a leaf
