@@ -1,0 +1,149 @@
+"""What observability costs a worker, in one run: W2 with nothing attached, with the Prometheus
+metrics, and with OpenTelemetry tracing (the SDK, its batch processor exporting to a no-op),
+each variant in a fresh process, the order rotating from round to round so that the machine's
+drift falls on all three alike (as bench/pairs.py does for two checkouts).
+
+    python -m bench.observe                       # W2 sqlite 10000, 5 rounds
+    python -m bench.observe --rounds 3 --runs 1000 --backend postgres
+
+The figure is the worker's CPU time over the measured part (W2's cpu_s: process time, every
+thread, so the batch processor's export thread counts), median per variant, and its ratio to
+"off". The goals (issue 16): metrics at most 1.05x, tracing at most 1.15x.
+
+`sdk_floor` is what the OpenTelemetry SDK itself costs for the same spans, with no tether
+around them: a fresh process making, per run, the 11 spans a W2 run has (tether.run, 5
+tether.step, 5 tether.call) with the same attributes, parents and explicit times, on the same
+provider and processor. Its CPU over "off"'s is the least tracing can add.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+VARIANTS = ("off", "metrics", "tracing")
+GOALS = {"metrics": 1.05, "tracing": 1.15}
+
+
+def run_variant(variant: str, backend: str, runs: int) -> dict[str, float]:
+    """One W2 in a fresh process with `variant` attached: its result metrics."""
+    env = {**os.environ, "TETHER_BENCH_OBSERVE": "" if variant == "off" else variant,
+           "TETHER_BENCH_W2_FLOOR": "0"}
+    out = subprocess.run([sys.executable, "-m", "bench.workloads", "W2", backend, str(runs)],
+                         cwd=HERE, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"W2 with {variant} failed:\n{out.stderr[-2000:]}")
+    metrics: dict[str, float] = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            metrics[row["metric"].rsplit("_", 1)[0]] = float(row["value"])
+    return metrics
+
+
+def run_floor(runs: int) -> float:
+    out = subprocess.run([sys.executable, "-m", "bench.observe", "--sdk-floor-child", str(runs)],
+                         cwd=HERE, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"the SDK floor failed:\n{out.stderr[-2000:]}")
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def sdk_floor(runs: int) -> float:
+    """CPU seconds the SDK takes to make and export (to nowhere) W2's spans for `runs` runs."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.trace import NonRecordingSpan, set_span_in_context
+
+    from tether.observe.tracing import derived_anchor
+
+    class Nowhere(SpanExporter):
+        def export(self, spans: object) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Nowhere()))
+    tracer = provider.get_tracer("tether")
+    now = time.time_ns()
+    cpu0 = time.process_time()
+    for i in range(runs):
+        tid = f"w2-{i:05d}"
+        base = {"tether.thread_id": tid, "tether.agent": "bench_w2", "tether.version": "bench"}
+        caller = set_span_in_context(NonRecordingSpan(derived_anchor(tid)))
+        anchor = tracer.start_span("tether.run", context=caller, attributes=base,
+                                   start_time=now)
+        anchor.end(end_time=now)
+        parent = set_span_in_context(anchor)
+        for step in range(1, 6):
+            span = tracer.start_span(
+                "tether.step", context=parent, start_time=now,
+                attributes={**base, "tether.worker": "w", "tether.step": step,
+                            "tether.node": "w2_step", "tether.attempt": 1,
+                            "tether.status": "running"})
+            call = tracer.start_span(
+                "tether.call", context=set_span_in_context(span), start_time=now,
+                attributes={**base, "tether.worker": "w", "tether.step": step,
+                            "tether.call": "bench.simulated_llm"})
+            call.end(end_time=now)
+            span.end(end_time=now)
+    cpu = time.process_time() - cpu0
+    provider.shutdown()
+    return cpu
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.observe")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=10_000)
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--no-floor", action="store_true", help="skip the SDK floor")
+    parser.add_argument("--sdk-floor-child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.sdk_floor_child is not None:
+        print(sdk_floor(args.sdk_floor_child))
+        return 0
+    if args.rounds < 1 or args.runs < 1:
+        parser.error("--rounds and --runs must be at least 1")
+    load0 = os.getloadavg()
+    rows: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
+    floors: list[float] = []
+    for i in range(args.rounds):
+        order = VARIANTS[i % 3:] + VARIANTS[:i % 3]
+        for variant in order:
+            m = run_variant(variant, args.backend, args.runs)
+            rows[variant].append(m)
+            print(f"round {i + 1} {variant:8} cpu_s={m['cpu_s']:g} wall_s={m['wall_s']:g} "
+                  f"cpu_us_per_step={m['cpu_us_per_step']:g} load={os.getloadavg()[0]:.2f}",
+                  flush=True)
+        if not args.no_floor:
+            floors.append(run_floor(args.runs))
+            print(f"round {i + 1} sdk_floor cpu_s={floors[-1]:.3f}", flush=True)
+    load1 = os.getloadavg()
+    off = statistics.median(m["cpu_s"] for m in rows["off"])
+    print(f"\nW2 {args.backend} {args.runs}, medians of {args.rounds} rounds "
+          f"(load average {load0[0]:.2f} at start, {load1[0]:.2f} at end, {os.cpu_count()} CPUs)")
+    print("| variant | worker CPU s | CPU us/step | wall s | CPU vs off | goal |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for variant in VARIANTS:
+        cpu = statistics.median(m["cpu_s"] for m in rows[variant])
+        per = statistics.median(m["cpu_us_per_step"] for m in rows[variant])
+        wall = statistics.median(m["wall_s"] for m in rows[variant])
+        goal = GOALS.get(variant)
+        print(f"| {variant} | {cpu:.3f} | {per:.1f} | {wall:.3f} | {cpu / off:.3f}x | "
+              f"{'-' if goal is None else f'<= {goal:.2f}x'} |")
+    if floors:
+        floor = statistics.median(floors)
+        print(f"| sdk_floor (bare SDK spans, no tether) | {floor:.3f} | | | "
+              f"+{floor / off:.3f} of off | |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
