@@ -16,11 +16,13 @@ def exported() -> dict[str, set[str]]:
     """Every sample name the worker's collector yields, with its label names (each family
     given one series so its samples appear)."""
     m = Metrics()
-    for d in (m.started, m.finished, m.steps, m.retries, m.failures, m.released, m.calls,
+    for c in (m.started, m.finished, m.steps, m.retries, m.failures, m.released, m.calls,
               m.effects, m.parks, m.mail_delivered, m.mail_sent):
-        d[("x",) * 3] = 1  # arity does not matter to the names
+        c.inc(("x",) * 3)  # arity does not matter to the names
     for h in (m.step_seconds, m.run_seconds, m.queue_wait, m.call_seconds, m.effect_seconds):
         h.observe(("x",) * 2, 0.1)
+    m.committed(3, 0.01)
+    m.pools.append(lambda: {"in_use": 2, "idle": 1, "max": 10, "waiting": 0})
     names: dict[str, set[str]] = dict(STORE_GAUGES)
     for fam in m.collect():
         labels = set(fam.samples[0].labels) - {"le"} if fam.samples else set()

@@ -25,12 +25,14 @@ __all__ = ["BUCKETS", "JsonLogs", "Metrics", "enable_json_logs", "enable_metrics
 
 
 def enable_metrics(runtime: Runtime, part: str = "metrics") -> Metrics:
-    """Count what `runtime`'s workers do (attach before `runtime.work()`); `part` names what
-    asked, for the error when prometheus-client is missing."""
+    """Count what `runtime`'s workers and its store's group commits do (attach before
+    `runtime.work()`); `part` names what asked, for the error when prometheus-client is
+    missing."""
     with requires_extra("metrics", part):
         import prometheus_client  # noqa: F401
     metrics = Metrics()
     runtime.hub.observe(metrics)
+    metrics.watch_store(runtime.store)
     return metrics
 
 

@@ -34,9 +34,11 @@ def observing(runtime: Runtime, metrics: Metrics | None) -> Iterator[None]:
         yield
         return
     runtime.hub.observe(metrics)
+    metrics.watch_store(runtime.store)
     try:
         yield
     finally:
+        metrics.unwatch_store(runtime.store)
         runtime.hub.unobserve(metrics)
 
 

@@ -338,6 +338,14 @@ class StatusCounts:
         return cls(runs, effects)
 
 
+class CommitObserver(Protocol):
+    """Told of each group commit a store makes (tether.observe's metrics, attached with
+    `Store.observe_commits`): `writes` in one transaction, `seconds` from its BEGIN to its
+    COMMIT's return. Called on the event loop; must not block."""
+
+    def committed(self, writes: int, seconds: float) -> None: ...
+
+
 class Store(Protocol):
     """Async persistence for runs, checkpoints, journal, leases (and later outbox, mail)."""
 
@@ -551,6 +559,16 @@ class Store(Protocol):
     @property
     def retention(self) -> Retention:
         """The retention operations (tether prune), a part of the store: see Retention."""
+
+    # -- introspection (tether.observe) ---------------------------------------------------
+
+    def observe_commits(self, observer: CommitObserver | None) -> None:
+        """Tell `observer` of every group commit from now on (None: nobody); with none the
+        write path pays one check per commit."""
+
+    def pool_statistics(self) -> dict[str, int]:
+        """The connection pool now: in_use (checked out), idle, max, waiting (requests
+        queued for a connection); {} for a store without a pool (SQLite) or not open."""
 
     # -- deployments (rainbow deploys) ------------------------------------------------------
     # Each write below is one transaction, so an audit row can join it.

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from operator import itemgetter
@@ -29,7 +30,7 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from ..errors import StoreError
-from .base import EffectRecord
+from .base import CommitObserver, EffectRecord
 from .pg_conn import (
     BEGIN,
     MAX_BATCH,
@@ -89,6 +90,8 @@ class GroupCommitter:
         self._queue: deque[_Job] = deque()
         self._wake = asyncio.Event()
         self._committers: list[asyncio.Task[None]] = []
+        self.observer: CommitObserver | None = None
+        """Told of each group commit (its writes, sent to committed), when set."""
 
     def start(self) -> None:
         self._accepting = True
@@ -152,12 +155,16 @@ class GroupCommitter:
         # cancelled meanwhile, psycopg cancels the statement: its outcome is unknown to us, as
         # for any cancelled write.
         writer.busy = True
+        observer = self.observer
+        t0 = time.perf_counter() if observer is not None else 0.0
         try:
             return await self._execute_one(writer, query, params)
         except psycopg.Error as exc:
             raise self._lost(writer, exc) from exc
         finally:
             writer.busy = False
+            if observer is not None:
+                observer.committed(1, time.perf_counter() - t0)
             if self._queue or not self._accepting:
                 self._wake.set()
 
@@ -170,6 +177,8 @@ class GroupCommitter:
                 while queue and not writer.busy:
                     batch = [queue.popleft() for _ in range(min(len(queue), MAX_BATCH))]
                     writer.busy = True
+                    observer = self.observer
+                    t0 = time.perf_counter() if observer is not None else 0.0
                     try:
                         if len(batch) == 1:
                             await self._commit_one(writer, batch[0])
@@ -181,6 +190,8 @@ class GroupCommitter:
                             _fail(job[3], StoreError(f"group commit failed: {exc!r}"))
                     finally:
                         writer.busy = False
+                        if observer is not None:
+                            observer.committed(len(batch), time.perf_counter() - t0)
                     batch = []
                 if not self._accepting and not queue:
                     return

@@ -227,6 +227,19 @@ class PgConnections:
         if pool is not None:
             await pool.close()
 
+    def pool_statistics(self) -> dict[str, int]:
+        """The pool now (see Store.pool_statistics); {} when it is not open."""
+        pool = self._pool
+        if pool is None:
+            return {}
+        try:
+            stats = pool.get_stats()  # may be read from a scraping thread: a snapshot
+        except RuntimeError:  # its counters changed size while copied: the next scrape
+            return {}
+        size, idle = stats.get("pool_size", 0), stats.get("pool_available", 0)
+        return {"in_use": max(0, size - idle), "idle": idle, "max": stats.get("pool_max", 0),
+                "waiting": stats.get("requests_waiting", 0)}
+
     def pool(self) -> AsyncConnectionPool[Conn]:
         """The open pool; StoreError if the store is not open."""
         if self._pool is None:

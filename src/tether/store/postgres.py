@@ -35,6 +35,7 @@ from .base import (
     Audit,
     AuditRecord,
     CheckpointRecord,
+    CommitObserver,
     DeploymentRecord,
     EffectRecord,
     InterruptRecord,
@@ -147,6 +148,12 @@ class PostgresStore:
         await self._listener.close()
         await self._committer.close()  # gives the writers' connections back to the pool
         await self._conns.close()
+
+    def observe_commits(self, observer: CommitObserver | None) -> None:
+        self._committer.observer = observer
+
+    def pool_statistics(self) -> dict[str, int]:
+        return self._conns.pool_statistics()
 
     # -- schema ----------------------------------------------------------------------------
 

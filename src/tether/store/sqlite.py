@@ -25,6 +25,7 @@ from .base import (
     Audit,
     AuditRecord,
     CheckpointRecord,
+    CommitObserver,
     DeploymentRecord,
     EffectRecord,
     InterruptRecord,
@@ -112,6 +113,12 @@ class SQLiteStore:
 
     async def close(self) -> None:
         self._conns.close()
+
+    def observe_commits(self, observer: CommitObserver | None) -> None:
+        self._conns.observer = observer
+
+    def pool_statistics(self) -> dict[str, int]:
+        return {}  # two connections of its own, no pool
 
     # -- schema ----------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
@@ -21,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 
 from ..errors import ConfigError, LeaseLost, StoreError, StoreUnavailable
+from .base import CommitObserver
 from .migrate import migrations
 
 Job = Callable[[sqlite3.Connection], Any]
@@ -99,6 +101,9 @@ class _Open:
         self._pool = None if shared else ThreadPoolExecutor(1, "tether-sqlite-commit")
         self._inflight: concurrent.futures.Future[Any] | None = None
         self._inflight_batch: list[Item] = []
+        self._inflight_t0 = 0.0
+        self.observer: CommitObserver | None = None
+        """Told of each group commit (its writes, BEGIN to COMMIT), when set."""
 
     def close(self) -> None:
         self._settle()
@@ -126,28 +131,36 @@ class _Open:
         if self._inflight is not None or not self._pending:
             return
         batch, self._pending = self._pending[:_MAX_BATCH], self._pending[_MAX_BATCH:]
+        t0 = time.perf_counter() if self.observer is not None else 0.0
         if (self._pool is None or inline or len(batch) < _THREAD_MIN
                 or sum(type(job) is Fenced for job, _ in batch) < _THREAD_MIN):
             self._finish(batch, self._transaction(batch), reschedule=not inline)
+            self._observed(len(batch), t0)
             return
         begun = self._begin(batch)
         if not isinstance(begun, tuple):  # a job failed (alone: its result) and rolled back
             self._finish(batch, begun)
+            self._observed(len(batch), t0)
             return
         results, groups = begun
         cf = self._pool.submit(self._commit, groups, results)
-        self._inflight, self._inflight_batch = cf, batch
+        self._inflight, self._inflight_batch, self._inflight_t0 = cf, batch, t0
         cf.add_done_callback(lambda f: self._loop.call_soon_threadsafe(self._committed, f))
 
     def _committed(self, cf: concurrent.futures.Future[Any]) -> None:
         if self._inflight is not cf:
             return  # close() settled it
-        self._inflight, batch = None, self._inflight_batch
+        self._inflight, batch, t0 = None, self._inflight_batch, self._inflight_t0
         results = self._retry_inline(batch, cf.result())
+        self._observed(len(batch), t0)
         # The writes that queued meanwhile go to the commit thread now, before the callers
         # of this batch run on: it works while they do.
         self._flush()
         self._finish(batch, results)
+
+    def _observed(self, writes: int, t0: float) -> None:
+        if self.observer is not None and t0:
+            self.observer.committed(writes, time.perf_counter() - t0)
 
     def _retry_inline(self, batch: list[Item], results: list[_Result] | None
                       ) -> list[_Result] | None:
@@ -161,6 +174,7 @@ class _Open:
         if cf is not None:
             batch = self._inflight_batch
             self._finish(batch, self._retry_inline(batch, cf.result()), reschedule=False)
+            self._observed(len(batch), self._inflight_t0)
 
     def _finish(self, batch: list[Item], results: list[_Result] | None,
                 reschedule: bool = True) -> None:
@@ -369,6 +383,18 @@ class SQLiteConnections:
         self.busy_timeout = busy_timeout
         self.memory = self.path == ":memory:"
         self._open: _Open | None = None
+        self._observer: CommitObserver | None = None
+
+    @property
+    def observer(self) -> CommitObserver | None:
+        """Told of each group commit (tether.observe's metrics), open or not yet."""
+        return self._observer
+
+    @observer.setter
+    def observer(self, observer: CommitObserver | None) -> None:
+        self._observer = observer
+        if self._open is not None:
+            self._open.observer = observer
 
     @property
     def is_open(self) -> bool:
@@ -378,6 +404,7 @@ class SQLiteConnections:
         """Connect. `set_sql` maps each fenced write's statement to its set-based form, which
         writes a whole group commit's rows of that kind in one statement."""
         self._open = _Open(self._connect, shared=self.memory, set_sql=set_sql)
+        self._open.observer = self._observer
 
     def close(self) -> None:
         """Commit what was submitted, then close the connections; idempotent."""
