@@ -74,6 +74,15 @@ T = TypeVar("T")
 _NO_USAGE = frozenset({str, int, float, bool, type(None), bytes})  # results that report none
 
 
+def _gen_ai(result: Any, usage: dict[str, int] | None, kwargs: dict[str, Any]
+            ) -> dict[str, Any] | None:
+    """The gen_ai.* attributes an observer gets with a call made live (the common call, no
+    usage and no `model=`, costs one lookup)."""
+    if usage is None and "model" not in kwargs:
+        return None
+    return llm.gen_ai_attributes(result, usage, kwargs.get("model"))
+
+
 def callable_name(fn: Callable[..., Any]) -> str:
     module = getattr(fn, "__module__", None) or ""
     qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
@@ -180,10 +189,11 @@ class Context:
         else:
             value = await calls.attempts(lambda: calls.invoke(fn, args, kwargs), name, timeout,
                                          retry, self._on_retry(idx, name))
-        data, decoded = self._encode(idx, name, value)
+        data, decoded, usage = self._encode(idx, name, value)
         await self._store.record_call(self._lease, self.step, idx, name, data)
         if obs is not None:
-            obs.call(self.step, name, False, started, time.time())
+            obs.call(self.step, name, False, started, time.time(),
+                     _gen_ai(decoded, usage, kwargs))
         # Return the decoded record so the first execution sees exactly what a replay sees.
         return decoded
 
@@ -222,10 +232,11 @@ class Context:
 
         value = await calls.attempts(lambda: calls.stream(fn, args, kwargs, forward, assemble),
                                      name, timeout, retry, self._on_retry(idx, name))
-        data, decoded = self._encode(idx, name, value)
+        data, decoded, usage = self._encode(idx, name, value)
         await self._store.record_call(self._lease, self.step, idx, name, data)
         if obs is not None:
-            obs.call(self.step, name, False, started, time.time())
+            obs.call(self.step, name, False, started, time.time(),
+                     _gen_ai(decoded, usage, kwargs))
         return decoded
 
     async def cpu_call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -244,20 +255,23 @@ class Context:
             return replayed
         started = time.time() if obs is not None else 0.0
         value = await calls.in_process(self._cpu, fn, args, kwargs, name)
-        data, decoded = self._encode(idx, name, value)
+        data, decoded, _ = self._encode(idx, name, value)
         await self._store.record_call(self._lease, self.step, idx, name, data)
         if obs is not None:
             obs.call(self.step, name, False, started, time.time())
         return decoded  # type: ignore[no-any-return]
 
-    def _encode(self, idx: int, name: str, value: Any) -> tuple[bytes, Any]:
-        """(journal bytes, the result as a replay reads it), with its token usage if any."""
+    def _encode(self, idx: int, name: str, value: Any
+                ) -> tuple[bytes, Any, dict[str, int] | None]:
+        """(journal bytes with the token usage if any, the result as a replay reads it, that
+        usage)."""
         data, decoded = serde.encode(value, f"result of call #{idx} to {name}", typed=True)
+        usage = None
         if type(decoded) not in _NO_USAGE:
             usage = llm.usage_of(decoded)
             if usage is not None:
                 data = serde.with_usage(data, usage)
-        return data, decoded
+        return data, decoded, usage
 
     def _on_retry(self, idx: int, name: str) -> calls.OnRetry:
         def on_retry(failures: int, delay: float, exc: BaseException) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -70,8 +70,11 @@ class RunObserver(Protocol):
     start in this process) until it parks, finishes, fails or is given back. Times are
     seconds since the epoch (time.time()). Called on the worker's loop: must not block."""
 
-    def call(self, step: int, name: str, replayed: bool, started: float, finished: float) -> None:
-        """A journaled call of the step in flight: made now, or its recorded result replayed."""
+    def call(self, step: int, name: str, replayed: bool, started: float, finished: float,
+             llm: Mapping[str, Any] | None = None) -> None:
+        """A journaled call of the step in flight: made now, or its recorded result replayed;
+        `llm`: OpenTelemetry's gen_ai.* attributes of a model call made now (model, token
+        usage: tether.llm.gen_ai_attributes), else None."""
 
     def step(self, step: int, node: str, attempt: int, started: float, finished: float,
              status: str, received: int, sent: int) -> None:
@@ -119,9 +122,10 @@ class _FanOut:
     def __init__(self, observers: list[RunObserver]) -> None:
         self._all = observers
 
-    def call(self, step: int, name: str, replayed: bool, started: float, finished: float) -> None:
+    def call(self, step: int, name: str, replayed: bool, started: float, finished: float,
+             llm: Mapping[str, Any] | None = None) -> None:
         for o in self._all:
-            o.call(step, name, replayed, started, finished)
+            o.call(step, name, replayed, started, finished, llm)
 
     def step(self, step: int, node: str, attempt: int, started: float, finished: float,
              status: str, received: int, sent: int) -> None:
@@ -236,6 +240,8 @@ class EventHub:
 
     def observe_run(self, run: RunRecord, worker: str) -> RunObserver | None:
         """What hears about `run` while `worker` drives it; None when nobody observes."""
+        if len(self.observers) == 1:
+            return self.observers[0].run_observer(run, worker)
         found = [o for o in (ob.run_observer(run, worker) for ob in self.observers)
                  if o is not None]
         if not found:

@@ -118,6 +118,25 @@ def usage_of(result: Any) -> dict[str, int] | None:
     return out
 
 
+def gen_ai_attributes(result: Any, usage: Mapping[str, int] | None, requested: Any
+                      ) -> dict[str, Any] | None:
+    """OpenTelemetry's GenAI attributes of a model call (for its tether.call span):
+    gen_ai.request.model (`requested`: the `model` the call was given, if a string),
+    gen_ai.response.model (the result's `model`), gen_ai.usage.input_tokens / output_tokens
+    (`usage`, as usage_of gives it); None when there is none of them."""
+    out: dict[str, Any] = {}
+    if isinstance(requested, str) and requested:
+        out["gen_ai.request.model"] = requested
+    if usage is not None:
+        model = _field(result, "model")
+        if isinstance(model, str) and model:
+            out["gen_ai.response.model"] = model
+        for key in ("input_tokens", "output_tokens"):
+            if key in usage:
+                out[f"gen_ai.usage.{key}"] = usage[key]
+    return out or None
+
+
 def add_usage(total: dict[str, int], usage: Mapping[str, int]) -> None:
     for key, value in usage.items():
         total[key] = total.get(key, 0) + value

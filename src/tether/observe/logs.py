@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from typing import IO, Any
 
 import orjson
@@ -69,7 +70,8 @@ class _RunLog:
                 del log.waits[next(iter(log.waits))]
             log.waits[run.thread_id] = max(0.0, time.time() - run.created_at)
 
-    def call(self, step: int, name: str, replayed: bool, started: float, finished: float) -> None:
+    def call(self, step: int, name: str, replayed: bool, started: float, finished: float,
+             llm: Mapping[str, Any] | None = None) -> None:
         pass
 
     def step(self, step: int, node: str, attempt: int, started: float, finished: float,

@@ -10,8 +10,10 @@ three-day interrupt, puts its spans in the same trace without reading or writing
 Spans (attributes tether.thread_id, tether.step, tether.node, tether.attempt, tether.version,
 tether.worker, tether.agent): `tether.run` (the anchor, made at creation; a child run's links
 its parent's), `tether.step` (a child of the anchor, one per execution of a step, on whichever
-worker), `tether.call` (a journaled call made live, a child of its step), `tether.effect` (a
-handler call, a child of the run's anchor). A call whose recorded result was replayed is an
+worker), `tether.call` (a journaled call made live, a child of its step: tether.thread_id,
+tether.step, tether.call, and OpenTelemetry's gen_ai.* attributes when the call was a model's
+and its result says which model and how many tokens), `tether.effect` (a handler call, a child
+of the run's anchor). A call whose recorded result was replayed is an
 event `tether.call.replayed` on its step, not a new span. Spans are made when the step ends
 (with its start and end times), so a step costs its spans only, exported as they end.
 """
@@ -149,55 +151,65 @@ class Tracing:
 
 class _RunTrace:
     """The spans of one run while a worker drives it. Calls wait for their step's span, made
-    when the step ends."""
+    when the step ends. Each span gets its attributes in one dict, built once, at its start
+    (the SDK copies them in; nothing is set on a span afterwards), and its parent passed
+    explicitly (no context attached or detached)."""
 
-    __slots__ = ("anchor", "attrs", "calls", "links", "parent", "tracer")
+    __slots__ = ("agent", "anchor", "calls", "links", "parent", "thread_id", "tracer", "version",
+                 "worker")
 
     def __init__(self, tracer: Tracer, run: RunRecord, worker: str) -> None:
         self.tracer = tracer
         stored = run.trace_context
         self.anchor = anchor_of(run.thread_id, stored)
         self.parent: OtelContext = set_span_in_context(NonRecordingSpan(self.anchor))
-        self.attrs: dict[str, Any] = {"tether.thread_id": run.thread_id,
-                                      "tether.agent": run.agent, "tether.version": run.version,
-                                      "tether.worker": worker}
+        self.thread_id, self.agent, self.version, self.worker = (
+            run.thread_id, run.agent, run.version, worker)
         # A child run created where nothing traced has no anchor span to carry the link to
         # its parent: its steps carry it.
         self.links = ([Link(derived_anchor(run.parent_thread_id))]
-                      if run.parent_thread_id and not stored else [])
-        self.calls: list[tuple[str, bool, float, float]] = []
+                      if run.parent_thread_id and not stored else None)
+        self.calls: list[tuple[str, bool, float, float, Mapping[str, Any] | None]] = []
 
-    def call(self, step: int, name: str, replayed: bool, started: float, finished: float) -> None:
-        self.calls.append((name, replayed, started, finished))
+    def call(self, step: int, name: str, replayed: bool, started: float, finished: float,
+             llm: Mapping[str, Any] | None = None) -> None:
+        self.calls.append((name, replayed, started, finished, llm))
 
     def _step_span(self, step: int, node: str | None, attempt: int, started: float,
                    extra: Mapping[str, Any]) -> Any:
         span = self.tracer.start_span(
             "tether.step", context=self.parent, start_time=_ns(started), links=self.links,
-            attributes={**self.attrs, "tether.step": step, "tether.node": node or "",
+            attributes={"tether.thread_id": self.thread_id, "tether.agent": self.agent,
+                        "tether.version": self.version, "tether.worker": self.worker,
+                        "tether.step": step, "tether.node": node or "",
                         "tether.attempt": attempt, **extra})
         if self.calls:
-            inside = set_span_in_context(span)
-            for name, replayed, t0, t1 in self.calls:
+            inside = None
+            for name, replayed, t0, t1, llm in self.calls:
                 if replayed:
                     span.add_event("tether.call.replayed", {"tether.call": name},
                                    timestamp=_ns(t0))
-                else:
-                    child = self.tracer.start_span(
-                        "tether.call", context=inside, start_time=_ns(t0),
-                        attributes={**self.attrs, "tether.step": step, "tether.call": name})
-                    child.end(end_time=_ns(t1))
+                    continue
+                if inside is None:
+                    inside = set_span_in_context(span)
+                # Its run, agent, version and worker are its step's (its parent's): only what
+                # tells the call apart is repeated.
+                attributes: dict[str, Any] = {"tether.thread_id": self.thread_id,
+                                              "tether.step": step, "tether.call": name}
+                if llm:
+                    attributes.update(llm)
+                self.tracer.start_span("tether.call", context=inside, start_time=_ns(t0),
+                                       attributes=attributes).end(end_time=_ns(t1))
             self.calls.clear()
         return span
 
     def step(self, step: int, node: str, attempt: int, started: float, finished: float,
              status: str, received: int, sent: int) -> None:
-        span = self._step_span(step, node, attempt, started, {"tether.status": status})
-        span.end(end_time=_ns(finished))
+        self._step_span(step, node, attempt, started, {"tether.status": status}).end(
+            end_time=_ns(finished))
 
     def parked(self, step: int, node: str, attempt: int, started: float, kind: str) -> None:
-        span = self._step_span(step, node, attempt, started, {"tether.parked": kind})
-        span.end()
+        self._step_span(step, node, attempt, started, {"tether.parked": kind}).end()
 
     def failed(self, step: int, node: str | None, attempt: int, started: float,
                category: FailureCategory, exc: BaseException, final: bool) -> None:
@@ -210,11 +222,12 @@ class _RunTrace:
 
     def released(self, reason: str) -> None:
         if self.calls:  # a step in flight was abandoned: its live calls still happened
-            name = self.calls[0][0]
-            span = self.tracer.start_span("tether.step", context=self.parent,
-                                          start_time=_ns(self.calls[0][2]),
-                                          attributes={**self.attrs, "tether.released": reason,
-                                                      "tether.call": name})
+            name, _, t0 = self.calls[0][:3]
+            span = self.tracer.start_span(
+                "tether.step", context=self.parent, start_time=_ns(t0),
+                attributes={"tether.thread_id": self.thread_id, "tether.agent": self.agent,
+                            "tether.version": self.version, "tether.worker": self.worker,
+                            "tether.released": reason, "tether.call": name})
             span.set_status(Status(StatusCode.ERROR, f"released: {reason}"))
             self.calls.clear()
             span.end()
