@@ -12,8 +12,14 @@ thread, so the batch processor's export thread counts), median per variant, and 
 
 `sdk_floor` is what the OpenTelemetry SDK itself costs for the same spans, with no tether
 around them: a fresh process making, per run, the 11 spans a W2 run has (tether.run, 5
-tether.step, 5 tether.call) with the same attributes, parents and explicit times, on the same
-provider and processor. Its CPU over "off"'s is the least tracing can add.
+tether.step, 5 tether.call) with the same attributes, parents and explicit times, through
+`tracer.start_span` / `end` on the same provider and processor. Its CPU over "off"'s is the
+least tracing through the SDK's Tracer can add. `readable_floor` is the same spans built as
+finished ReadableSpans and handed to the same processor (what the SDK's Tracer does around
+that is the difference): the least any tracing that reaches the exporter can add.
+
+Tracing's row also checks the spans that reached the exporter (none dropped by a full queue:
+a dropped span would pass for a cheap one).
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
 VARIANTS = ("off", "metrics", "tracing")
@@ -48,30 +56,78 @@ def run_variant(variant: str, backend: str, runs: int) -> dict[str, float]:
     return metrics
 
 
-def run_floor(runs: int) -> float:
-    out = subprocess.run([sys.executable, "-m", "bench.observe", "--sdk-floor-child", str(runs)],
-                         cwd=HERE, capture_output=True, text=True)
+def run_floor(runs: int, mode: str) -> float:
+    out = subprocess.run([sys.executable, "-m", "bench.observe", "--floor-child", mode,
+                          str(runs)], cwd=HERE, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"the SDK floor failed:\n{out.stderr[-2000:]}")
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def sdk_floor(runs: int) -> float:
-    """CPU seconds the SDK takes to make and export (to nowhere) W2's spans for `runs` runs."""
+def sdk_floor(runs: int, mode: str = "tracer") -> float:
+    """CPU seconds the SDK takes to make and export (to nowhere) W2's spans for `runs` runs:
+    through its Tracer (`mode` "tracer") or as finished ReadableSpans ("readable")."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+
+    exported = []
+
+    class Nowhere(SpanExporter):
+        def export(self, spans: Sequence[object]) -> SpanExportResult:
+            exported.append(len(spans))
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    # A queue that holds them all: a tight loop outruns the export thread, and a dropped
+    # span would pass for a cheap one.
+    provider.add_span_processor(BatchSpanProcessor(Nowhere(), max_queue_size=runs * 11))
+    tracer = provider.get_tracer("tether")
+    now = time.time_ns()
+    cpu = (readable_floor if mode == "readable" else tracer_floor)(runs, tracer, now)
+    provider.shutdown()
+    if sum(exported) != runs * 11:
+        raise SystemExit(f"{mode} floor: {sum(exported)} spans exported of {runs * 11}")
+    return cpu
+
+
+def readable_floor(runs: int, tracer: Any, now: int) -> float:
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
+
+    from tether.observe.tracing import derived_anchor
+
+    gen, processor, resource = tracer.id_generator, tracer.span_processor, tracer.resource
+    scope, unset, kind = tracer._instrumentation_scope, Status(StatusCode.UNSET), SpanKind.INTERNAL
+
+    def end(name: str, parent: Any, attributes: dict[str, Any]) -> Any:
+        context = SpanContext(parent.trace_id, gen.generate_span_id(), False, parent.trace_flags)
+        processor.on_end(ReadableSpan(
+            name=name, context=context, parent=parent, resource=resource, attributes=attributes,
+            events=(), links=(), kind=kind, status=unset, start_time=now, end_time=now,
+            instrumentation_scope=scope))
+        return context
+
+    cpu0 = time.process_time()
+    for i in range(runs):
+        tid = f"w2-{i:05d}"
+        anchor = end("tether.run", derived_anchor(tid), {
+            "tether.thread_id": tid, "tether.agent": "bench_w2", "tether.version": "bench"})
+        for step in range(1, 6):
+            span = end("tether.step", anchor, {
+                "tether.thread_id": tid, "tether.agent": "bench_w2", "tether.version": "bench",
+                "tether.worker": "w", "tether.step": step, "tether.node": "w2_step",
+                "tether.attempt": 1, "tether.status": "running"})
+            end("tether.call", span, {"tether.thread_id": tid, "tether.step": step,
+                                      "tether.call": "bench.simulated_llm"})
+    return time.process_time() - cpu0
+
+
+def tracer_floor(runs: int, tracer: Any, now: int) -> float:
     from opentelemetry.trace import NonRecordingSpan, set_span_in_context
 
     from tether.observe.tracing import derived_anchor
 
-    class Nowhere(SpanExporter):
-        def export(self, spans: object) -> SpanExportResult:
-            return SpanExportResult.SUCCESS
-
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(Nowhere()))
-    tracer = provider.get_tracer("tether")
-    now = time.time_ns()
     cpu0 = time.process_time()
     for i in range(runs):
         tid = f"w2-{i:05d}"
@@ -89,13 +145,11 @@ def sdk_floor(runs: int) -> float:
                             "tether.status": "running"})
             call = tracer.start_span(
                 "tether.call", context=set_span_in_context(span), start_time=now,
-                attributes={**base, "tether.worker": "w", "tether.step": step,
+                attributes={"tether.thread_id": tid, "tether.step": step,
                             "tether.call": "bench.simulated_llm"})
             call.end(end_time=now)
             span.end(end_time=now)
-    cpu = time.process_time() - cpu0
-    provider.shutdown()
-    return cpu
+    return time.process_time() - cpu0
 
 
 def main(argv: list[str]) -> int:
@@ -104,27 +158,30 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--no-floor", action="store_true", help="skip the SDK floor")
-    parser.add_argument("--sdk-floor-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--floor-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.sdk_floor_child is not None:
-        print(sdk_floor(args.sdk_floor_child))
+    if args.floor_child is not None:
+        mode, runs = args.floor_child
+        print(sdk_floor(int(runs), mode))
         return 0
     if args.rounds < 1 or args.runs < 1:
         parser.error("--rounds and --runs must be at least 1")
     load0 = os.getloadavg()
     rows: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
-    floors: list[float] = []
+    floors: dict[str, list[float]] = {"tracer": [], "readable": []}
     for i in range(args.rounds):
         order = VARIANTS[i % 3:] + VARIANTS[:i % 3]
         for variant in order:
             m = run_variant(variant, args.backend, args.runs)
             rows[variant].append(m)
+            spans = f" spans_exported={m['spans_exported']:g}" if "spans_exported" in m else ""
             print(f"round {i + 1} {variant:8} cpu_s={m['cpu_s']:g} wall_s={m['wall_s']:g} "
-                  f"cpu_us_per_step={m['cpu_us_per_step']:g} load={os.getloadavg()[0]:.2f}",
-                  flush=True)
+                  f"cpu_us_per_step={m['cpu_us_per_step']:g}{spans} "
+                  f"load={os.getloadavg()[0]:.2f}", flush=True)
         if not args.no_floor:
-            floors.append(run_floor(args.runs))
-            print(f"round {i + 1} sdk_floor cpu_s={floors[-1]:.3f}", flush=True)
+            for mode, got in floors.items():
+                got.append(run_floor(args.runs, mode))
+                print(f"round {i + 1} {mode}_floor cpu_s={got[-1]:.3f}", flush=True)
     load1 = os.getloadavg()
     off = statistics.median(m["cpu_s"] for m in rows["off"])
     print(f"\nW2 {args.backend} {args.runs}, medians of {args.rounds} rounds "
@@ -138,10 +195,14 @@ def main(argv: list[str]) -> int:
         goal = GOALS.get(variant)
         print(f"| {variant} | {cpu:.3f} | {per:.1f} | {wall:.3f} | {cpu / off:.3f}x | "
               f"{'-' if goal is None else f'<= {goal:.2f}x'} |")
-    if floors:
-        floor = statistics.median(floors)
-        print(f"| sdk_floor (bare SDK spans, no tether) | {floor:.3f} | | | "
-              f"+{floor / off:.3f} of off | |")
+    names = {"tracer": "sdk_floor: the same spans through the SDK's Tracer, no tether",
+             "readable": "readable_floor: the same spans as finished ReadableSpans"}
+    for mode, got in floors.items():
+        if got:
+            floor = statistics.median(got)
+            print(f"| {names[mode]} | {floor:.3f} | | | +{floor / off:.3f} of off | |")
+    made = {m.get("spans_exported") for m in rows["tracing"]}
+    print(f"\nspans exported per tracing run: {sorted(made)} (W2 makes {args.runs * 11})")
     return 0
 
 

@@ -8,6 +8,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 import tether
+from apps import eventually
 from apps import observe_app as app
 from tether.service import create_app
 
@@ -61,3 +62,55 @@ async def test_metrics_count_the_embedded_workers_runs(db_url: str) -> None:
     steps = gauges(text, "tether_steps_total")
     assert steps == {(("agent", "obs"), ("node", "work"), ("version", "v1")): 6.0}
     assert rt.hub.observers == []  # detached when the app stopped
+
+
+async def test_effects_done_and_dead_are_counted_as_the_store_has_them(db_url: str) -> None:
+    agent = tether.Agent("fxobs")
+
+    @agent.node(start=True)
+    async def pay(state: dict[str, int], ctx: tether.Context) -> tether.Command:
+        ctx.effect("card.charge", {"n": state["n"]})
+        return tether.finish({})
+
+    rt = tether.Runtime(db_url, agents=[agent], version="v1", poll_interval=0.05)
+
+    @rt.effect("card.charge", retry=tether.RetryPolicy(attempts=2, initial=0.01, jitter=0.0))
+    async def charge(payload: dict[str, int], key: str) -> None:
+        if payload["n"] % 3 == 0:
+            raise ValueError("declined")
+
+    asgi = create_app(rt, worker_concurrency=4)
+    async with asgi.router.lifespan_context(asgi):
+        for n in range(7):
+            await rt.start(agent, {"n": n}, thread_id=f"fx{n}")
+
+        async def settled() -> bool:
+            effects = await rt.effects(limit=100)
+            return len(effects) == 7 and all(e.status in ("done", "dead") for e in effects)
+
+        await eventually(settled, what="every effect done or dead")
+        dead = len(await rt.effects(status="dead", limit=100))
+        done = len(await rt.effects(status="done", limit=100))
+        text = ""
+
+        async def counted() -> bool:  # the dispatcher counts an outcome once it is stored
+            nonlocal text
+            asgi.state.store_gauges.read_at = float("-inf")  # read the store afresh
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
+                                         base_url="http://test") as c:
+                text = (await c.get("/metrics")).text
+            return sum(gauges(text, "tether_effects_total").values()) == done + 2 * dead
+
+        await eventually(counted, what="every effect outcome counted")
+    assert (dead, done) == (3, 4)  # n = 0, 3, 6 are declined, twice each
+    outcomes = gauges(text, "tether_effects_total")
+    assert outcomes == {(("name", "card.charge"), ("outcome", "done")): done,
+                        (("name", "card.charge"), ("outcome", "retry")): dead,
+                        (("name", "card.charge"), ("outcome", "dead")): dead}
+    open_effects = gauges(text, "tether_effects_open")
+    assert open_effects == {(("status", "pending"),): 0, (("status", "running"),): 0,
+                            (("status", "dead"),): dead}
+    assert gauges(text, "tether_effect_duration_seconds_count") == {
+        (("name", "card.charge"),): done + 2 * dead}
+    # The embedded worker's store: its group commits are counted too.
+    assert sum(gauges(text, "tether_commit_batch_size_count").values()) > 0

@@ -11,7 +11,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import tether
@@ -196,15 +196,18 @@ async def w2_floor(runs: int) -> tuple[float, float]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def observed(runtime: tether.Runtime) -> Callable[[], None]:
+def observed(runtime: tether.Runtime) -> Callable[[], int | None]:
     """$TETHER_BENCH_OBSERVE (comma-separated): "metrics" attaches the Prometheus counters,
     "tracing" the OpenTelemetry observer on an SDK provider whose batch processor exports to
     a no-op exporter; what the observability costs a W2 worker. Returns the flush to call
-    after the measured part (the exporter's backlog is not the worker's cost)."""
+    after the measured part (the exporter's backlog is not the worker's cost): the number of
+    spans the exporter got (None without tracing), so that spans the processor dropped (its
+    queue full) cannot pass for cheap ones."""
     wanted = {w.strip() for w in os.environ.get("TETHER_BENCH_OBSERVE", "").split(",") if w}
     from .. import observe
 
     flushes: list[Callable[[], object]] = []
+    exported: list[int] = []
     if "metrics" in wanted:
         observe.enable_metrics(runtime, "TETHER_BENCH_OBSERVE=metrics")
     if "tracing" in wanted:
@@ -216,16 +219,20 @@ def observed(runtime: tether.Runtime) -> Callable[[], None]:
         )
 
         class Nowhere(SpanExporter):
-            def export(self, spans: object) -> SpanExportResult:
+            def export(self, spans: Sequence[object]) -> SpanExportResult:
+                exported.append(len(spans))
                 return SpanExportResult.SUCCESS
 
         provider = TracerProvider()
-        provider.add_span_processor(BatchSpanProcessor(Nowhere()))
+        # The processor's defaults but for a queue that cannot fill up (the no-op exporter
+        # keeps up; the count of spans exported checks that none was dropped).
+        provider.add_span_processor(BatchSpanProcessor(Nowhere(), max_queue_size=1 << 20))
         observe.enable_tracing(runtime, provider.get_tracer("tether"))
         flushes.append(provider.shutdown)
-    def flush() -> None:
+    def flush() -> int | None:
         for f in flushes:
             f()
+        return sum(exported) if "tracing" in wanted else None
 
     return flush
 
@@ -266,7 +273,7 @@ async def w2(backend: str, runs: int) -> list[Result]:
             wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
             first_steps, last_step = await checkpoint_times(url)
             await stop_worker(stop, worker)
-        flush()
+        spans = flush()
         bad = [r for r in done if r.status is not tether.RunStatus.COMPLETED
                or len(r.state["replies"]) != W2_STEPS]
         if bad:
@@ -284,6 +291,8 @@ async def w2(backend: str, runs: int) -> list[Result]:
         Result(backend, "W2", f"last_checkpoint_s_{s}", round(last_step - t0_unix, 3), "s"),
         Result(backend, "W2", f"peak_rss_mib_{s}", round(peak_rss_mib(), 1), "MiB"),
     ]
+    if spans is not None:
+        measured.append(Result(backend, "W2", f"spans_exported_{s}", spans, "spans"))
     if os.environ.get("TETHER_BENCH_W2_FLOOR") == "0":  # bench.observe: the floor is not its
         return measured                                 # reference, and it takes a while
     floor_wall, floor_cpu = await w2_floor(runs)
