@@ -186,21 +186,28 @@ def main(argv: list[str]) -> int:
     off = statistics.median(m["cpu_s"] for m in rows["off"])
     print(f"\nW2 {args.backend} {args.runs}, medians of {args.rounds} rounds "
           f"(load average {load0[0]:.2f} at start, {load1[0]:.2f} at end, {os.cpu_count()} CPUs)")
-    print("| variant | worker CPU s | CPU us/step | wall s | CPU vs off | goal |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| variant | worker CPU s | CPU us/step | wall s | CPU vs off | per-round ratios "
+          "(median) | goal |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for variant in VARIANTS:
         cpu = statistics.median(m["cpu_s"] for m in rows[variant])
         per = statistics.median(m["cpu_us_per_step"] for m in rows[variant])
         wall = statistics.median(m["wall_s"] for m in rows[variant])
         goal = GOALS.get(variant)
+        # Each round's variants ran back to back: their ratio to that round's "off" sees
+        # the same machine, so it is the steadier figure on a loaded one.
+        paired = [m["cpu_s"] / o["cpu_s"] for m, o in zip(rows[variant], rows["off"],
+                                                          strict=True)]
+        listed = ", ".join(f"{r:.3f}" for r in paired)
         print(f"| {variant} | {cpu:.3f} | {per:.1f} | {wall:.3f} | {cpu / off:.3f}x | "
+              f"{listed} ({statistics.median(paired):.3f}x) | "
               f"{'-' if goal is None else f'<= {goal:.2f}x'} |")
     names = {"tracer": "sdk_floor: the same spans through the SDK's Tracer, no tether",
              "readable": "readable_floor: the same spans as finished ReadableSpans"}
     for mode, got in floors.items():
         if got:
             floor = statistics.median(got)
-            print(f"| {names[mode]} | {floor:.3f} | | | +{floor / off:.3f} of off | |")
+            print(f"| {names[mode]} | {floor:.3f} | | | +{floor / off:.3f} of off | | |")
     made = {m.get("spans_exported") for m in rows["tracing"]}
     print(f"\nspans exported per tracing run: {sorted(made)} (W2 makes {args.runs * 11})")
     return 0
