@@ -16,13 +16,16 @@ its version starts, or the run is moved.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import serde
 from .errors import DefinitionError, InvalidState
+from .store.audit import audit_of
 from .store.base import PARKED, TERMINAL, DeploymentRecord, RunRecord, Store, WorkerRecord
 
 OPEN = ("queued", "running", "waiting", "sleeping")
@@ -169,8 +172,8 @@ class Routes:
 
 
 async def load_routes(store: Store) -> Routes:
-    table = await store.list_deployments()
-    rows = await store.list_workers()
+    table = await store.deploys.list_deployments()
+    rows = await store.deploys.list_workers()
     return Routes(
         weights=tuple((d.version, d.weight) for d in table if d.weight > 0),
         retired=frozenset(d.version for d in table if d.retired_at is not None),
@@ -185,7 +188,7 @@ async def load_routes(store: Store) -> Routes:
 async def workers(store: Store) -> list[WorkerInfo]:
     """Registered workers that have not stopped cleanly (dead ones too: alive=False)."""
     now = await store.now()
-    return [_info(r, now) for r in await store.list_workers() if r.stopped_at is None]
+    return [_info(r, now) for r in await store.deploys.list_workers() if r.stopped_at is None]
 
 
 def _info(r: WorkerRecord, now: float) -> WorkerInfo:
@@ -196,8 +199,8 @@ def _info(r: WorkerRecord, now: float) -> WorkerInfo:
 async def deployments(store: Store, lease_ttl: float) -> list[Deployment]:
     """Every version that has a weight row, open runs or a live worker, by name."""
     now = await store.now()
-    table = {d.version: d for d in await store.list_deployments()}
-    rows = await store.list_workers()
+    table = {d.version: d for d in await store.deploys.list_deployments()}
+    rows = await store.deploys.list_workers()
     live: dict[str, int] = {}
     last_beat: dict[str, float] = {}
     for r in rows:
@@ -206,7 +209,7 @@ async def deployments(store: Store, lease_ttl: float) -> list[Deployment]:
         last_beat[r.version] = max(last_beat.get(r.version, 0.0), r.last_seen)
     runs: dict[str, dict[str, int]] = {}
     oldest: dict[str, float] = {}
-    for o in await store.open_runs():
+    for o in await store.deploys.open_runs():
         runs.setdefault(o.version, {})[o.status] = o.count
         oldest[o.version] = min(oldest.get(o.version, o.oldest), o.oldest)
     routed = any(d.weight > 0 for d in table.values())
@@ -217,7 +220,7 @@ async def deployments(store: Store, lease_ttl: float) -> list[Deployment]:
         counts = runs.get(version, {})
         stranded = 0
         if counts and not live.get(version) and last_beat.get(version, 0.0) < now - lease_ttl:
-            stranded = await store.stranded_runs(version, now - lease_ttl)
+            stranded = await store.deploys.stranded_runs(version, now - lease_ttl)
         out.append(Deployment(
             version=version, weight=weight,
             state=_state(d, weight, bool(counts), bool(live.get(version)), routed),
@@ -310,20 +313,20 @@ def plan_upgrade(
 
 async def upgrade(
     store: Store, from_version: str, to_version: str, *, thread_ids: Sequence[str] | None,
-    dry_run: bool, skip_refused: bool,
+    dry_run: bool, skip_refused: bool, actor: str | None = None,
 ) -> Upgrade:
     """Move parked runs of `from_version` to `to_version` in one transaction (see
     Runtime.upgrade); checks the target's workers first."""
     if from_version == to_version:
         raise DefinitionError(f"--from and --to are both {from_version!r}")
     now = await store.now()
-    rows = await store.list_workers()
+    rows = await store.deploys.list_workers()
     target = [r for r in rows if r.version == to_version and alive(r, now)]
     if not target:
         raise InvalidState(
             f"version {to_version!r} has no live worker: its agents are unknown and nothing "
             f"would run the moved runs; start a worker of {to_version!r} first")
-    if to_version in {d.version for d in await store.list_deployments()
+    if to_version in {d.version for d in await store.deploys.list_deployments()
                       if d.retired_at is not None}:
         raise InvalidState(f"version {to_version!r} is retired")
     agents = catalog(target)[to_version]
@@ -337,7 +340,10 @@ async def upgrade(
             return ()
         return ok
 
-    await store.move_runs(from_version, to_version, thread_ids, decide)
+    audit = audit_of(actor, "upgrade", None, to_version, {
+        "from": from_version, "to": to_version, "thread_ids": list(thread_ids or ()) or None,
+        "skip_refused": skip_refused})
+    await store.deploys.move_runs(from_version, to_version, thread_ids, decide, audit=audit)
     ok, refused = plan[0]
     applied = bool(ok) and not dry_run and (skip_refused or not refused)
     return Upgrade(from_version, to_version, dry_run, applied, tuple(ok), tuple(refused))
@@ -354,3 +360,98 @@ def check_thread_ids(thread_ids: Sequence[str] | None) -> list[str] | None:
                               "every parked run")
     return ids
 
+
+
+# -- the operations (Runtime's deploy methods are this, on the runtime's store) --------------
+
+ROUTES_TTL = 1.0
+"""Seconds a runtime routes new runs by the weight table it read last: a route() made in
+another process takes effect here within this time (at once in the process that made it)."""
+
+
+class Deployer:
+    """Rainbow deploys on one store, for a runtime of version `own`: the weight table read
+    for routing (cached ROUTES_TTL seconds), and the operator actions, each checked first and
+    recorded in the audit log with the change when an actor is named."""
+
+    def __init__(self, store: Store, own: str, lease_ttl: float) -> None:
+        self.store = store
+        self.own = own
+        self.lease_ttl = lease_ttl
+        self._routes = Routes()
+        self._read_at = -ROUTES_TTL
+        self._lock = asyncio.Lock()
+
+    async def current_routes(self) -> Routes:
+        """The weight table and the versions' agents, read again once ROUTES_TTL passed
+        (one read for all the starts waiting on it)."""
+        if time.monotonic() - self._read_at < ROUTES_TTL:
+            return self._routes
+        async with self._lock:
+            if time.monotonic() - self._read_at >= ROUTES_TTL:
+                await self.read_routes()
+        return self._routes
+
+    async def read_routes(self) -> Routes:
+        self._routes = await load_routes(self.store)
+        self._read_at = time.monotonic()
+        return self._routes
+
+    async def workers(self) -> list[WorkerInfo]:
+        return await workers(self.store)
+
+    async def deployments(self) -> list[Deployment]:
+        return await deployments(self.store, self.lease_ttl)
+
+    async def deployment(self, version: str) -> Deployment:
+        found = [d for d in await self.deployments() if d.version == version]
+        return found[0] if found else Deployment(version, 0, "drained", 0)
+
+    async def route(self, weights: Mapping[str, int], actor: str | None) -> list[Deployment]:
+        table = check_weights(weights, await self.read_routes(), self.own)
+        audit = audit_of(actor, "route", None, None, {"weights": dict(table)})
+        await self.store.deploys.set_weights(table, replace=True, audit=audit)
+        await self.read_routes()
+        return await self.deployments()
+
+    async def drain(self, version: str, actor: str | None) -> Deployment:
+        routes = await self.read_routes()
+        known_version(version, routes, self.own)
+        if version in routes.retired:
+            raise InvalidState(f"version {version!r} is already retired")
+        if not [v for v, _ in routes.weights if v != version]:
+            raise InvalidState(
+                f"draining {version!r} would leave no version for new runs: route them to "
+                f"another first (e.g. `tether deploy route {version}=0 v2=100`)")
+        audit = audit_of(actor, "drain", None, version, {"version": version})
+        await self.store.deploys.set_weights([(version, 0)], replace=False, audit=audit)
+        await self.read_routes()
+        return await self.deployment(version)
+
+    async def retire(self, version: str, actor: str | None) -> Deployment:
+        routes = await self.read_routes()
+        known_version(version, routes, self.own)
+        weight = dict(routes.weights).get(version, 0)
+        if weight > 0:
+            raise InvalidState(f"version {version!r} still has weight {weight}: drain it "
+                               f"first (`tether deploy drain {version} --wait`)")
+        audit = audit_of(actor, "retire", None, version, {"version": version})
+        left = await self.store.deploys.retire_version(version, audit=audit)
+        if left:
+            more = " and more" if len(left) >= 20 else ""
+            raise InvalidState(
+                f"version {version!r} still has open runs: {', '.join(left)}{more}; wait "
+                f"for them (`tether deploy drain {version} --wait`) or move the parked ones "
+                "(`tether runs upgrade`)")
+        await self.read_routes()
+        return await self.deployment(version)
+
+    async def upgrade(self, from_version: str, to_version: str, *,
+                      thread_ids: Sequence[str] | None, dry_run: bool, skip_refused: bool,
+                      actor: str | None) -> Upgrade:
+        routes = await self.read_routes()
+        known_version(from_version, routes, self.own, "from_version")
+        known_version(to_version, routes, self.own, "to_version")
+        return await upgrade(self.store, from_version, to_version,
+                             thread_ids=check_thread_ids(thread_ids), dry_run=dry_run,
+                             skip_refused=skip_refused, actor=actor)

@@ -27,7 +27,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -35,6 +35,7 @@ from typing import Any
 from . import serde
 from .errors import ConfigError
 from .history import load_state
+from .store.audit import audit_of
 from .store.base import Audit, Store
 from .store.retention_types import Cutoffs
 
@@ -250,6 +251,22 @@ def standing(policy: Policy | Mapping[str, Any] | None) -> Policy | None:
     raise ConfigError(f"retention must be a tether Policy or a dict, got {type(policy).__name__}")
 
 
+async def alongside(work: Awaitable[None], store: Store, policy: Policy | None,
+                    lock_ttl: float) -> None:
+    """Await `work` (a worker's run) with the standing `policy` applied beside it, every
+    `policy.every` seconds, until the work ends (just the work without a periodic policy)."""
+    if policy is None or policy.every is None:
+        await work
+        return
+    halt = asyncio.Event()
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(prune_periodically(store, policy, lock_ttl, halt))
+        try:
+            await work
+        finally:
+            halt.set()
+
+
 async def prune_periodically(store: Store, policy: Policy, lock_ttl: float,
                              stop: asyncio.Event) -> None:
     """A worker's standing policy: apply it every `policy.every` seconds until `stop`."""
@@ -269,3 +286,22 @@ async def prune_periodically(store: Store, policy: Policy, lock_ttl: float,
                 await stop.wait()
         except TimeoutError:
             pass
+
+
+async def known_agent(store: Store, agent: str | None, agents: Mapping[str, object]) -> None:
+    """ConfigError for a prune of an agent that neither the runtime nor the store knows."""
+    if agent is not None and agent not in agents and not await store.list_runs(
+            agent=agent, limit=1):
+        raise ConfigError(f"unknown agent {agent!r}: no run of it in the store and this "
+                          f"runtime has {', '.join(agents) or 'no agents'}")
+
+
+def prune_audit(actor: str | None, **policy: object) -> Audit | None:
+    """The audit record of a prune (each batch of runs removed is one row, in its
+    transaction): the policy as given, ages as written ("30d") or seconds."""
+    audit = audit_of(actor, "prune", None, None)
+    if audit is None:
+        return None
+    return Audit(audit.actor, audit.action, None, None,
+                 {k: (v if v is None or isinstance(v, (int, float, str)) else str(v))
+                  for k, v in policy.items()})

@@ -12,77 +12,46 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from . import deploy, serde
+from . import deploy, serde, starting
 from .agent import Agent
 from .config import Settings, resolve
 from .context import Message
-from .deploy import Deployment, Routes, Upgrade, WorkerInfo
-from .errors import (
-    ConfigError,
-    DefinitionError,
-    InvalidState,
-    ResumeConflict,
-    RunNotFound,
-    RunPruned,
-    SchemaError,
-    SerializationError,
-)
-from .history import load_state
+from .deploy import Deployment, Upgrade, WorkerInfo
+from .errors import DefinitionError, InvalidState, RunNotFound, RunPruned, SchemaError
+from .history import load_state, next_node, not_resumed, retry_node, states_after
 from .hub import EventHub
 from .llm import add_usage
 from .outbox import EffectHandler
-from .records import (
-    checkpoint_of,
-    effect_of,
-    interrupt_of,
-    iso,
-    run_error,
-    statuses_of,
-    to_run,
-)
+from .records import checkpoint_of, effect_of, interrupt_of, iso, run_error, statuses_of, to_run
 from .registry import Registry
-from .retention import Age, Policy, Progress, Report, prune, prune_periodically, standing
+from .retention import (
+    Age,
+    Policy,
+    Progress,
+    Report,
+    alongside,
+    known_agent,
+    prune,
+    prune_audit,
+    standing,
+)
 from .retry import RetryPolicy
-from .state import apply
 from .store import make_store
-from .store.base import (
-    AUDIT_ACTIONS,
-    Audit,
-    Lease,
-    NewRun,
-    RunRecord,
-    StatusCounts,
-    Store,
-)
+from .store.audit import audit_of, check_audit_query
+from .store.base import NewRun, RunRecord, StatusCounts, Store
 from .tuning import worker_tuned
-from .types import (
-    TERMINAL,
-    AuditEvent,
-    Call,
-    Checkpoint,
-    Effect,
-    Interrupt,
-    Run,
-    RunError,
-    RunStatus,
-)
+from .types import TERMINAL, AuditEvent, Call, Checkpoint, Effect, Interrupt, Run, RunError, RunStatus
 from .worker import Worker
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("tether.runtime")
-ROUTES_TTL = 1.0
-"""Seconds a runtime routes new runs by the weight table it read last: a route() made in
-another process takes effect here within this time (at once in the process that made it)."""
 
 __all__ = ["Call", "Checkpoint", "Effect", "Interrupt", "Run", "RunError", "RunStatus", "Runtime",
            "run_error"]
-
-
 
 
 class Runtime:
@@ -112,22 +81,19 @@ class Runtime:
                                          "poll_interval": poll_interval,
                                          "snapshot_every": snapshot_every,
                                          "cpu_workers": cpu_workers}
-        self._setup(resolve(code=self._code), store)
+        self._setup(resolve(code=self._code), version, store)
         self.registry = Registry(version, self.store.dialect, agents)
         self.retention = standing(retention)
         """The standing retention policy its workers apply (`Policy.every` seconds apart)."""
 
-    def _setup(self, settings: Settings, store: Store | None = None) -> None:
+    def _setup(self, settings: Settings, version: str, store: Store | None = None) -> None:
         self.settings = settings
         self.store: Store = store if store is not None else make_store(settings.db)
         self.hub = EventHub(self.store, settings.poll_interval)
         self._open_lock = asyncio.Lock()
         self._opened = False
         self._workers: list[Worker] = []
-        # The deployment weights read from this database (cached ROUTES_TTL seconds).
-        self._routes = Routes()
-        self._routes_read = -ROUTES_TTL
-        self._routes_lock = asyncio.Lock()
+        self._deploys = deploy.Deployer(self.store, version, settings.lease_ttl)
 
     def __repr__(self) -> str:
         return f"Runtime({self.store.url!r}, version={self.version!r}, agents={list(self.agents)})"
@@ -171,7 +137,7 @@ class Runtime:
         settings = resolve(flags=flags, code=self._code, flag_names=flag_names)
         other = object.__new__(Runtime)
         other._code = self._code
-        other._setup(settings)
+        other._setup(settings, self.version)
         other.registry = self.registry.copy(other.store.dialect)
         other.retention = self.retention
         return other
@@ -218,18 +184,14 @@ class Runtime:
                            actor: str | None = None) -> list[Effect]:
         """Retry dead effects with this key now, with a fresh attempt budget."""
         await self.open()
-        audit = _audit(actor, "effect.retry", thread_id, key, {"key": key})
+        audit = audit_of(actor, "effect.retry", thread_id, key, {"key": key})
         return [effect_of(r) for r in await self.store.retry_effect(key, thread_id, audit=audit)]
 
     async def audit(self, *, thread_id: str | None = None, action: str | None = None,
                     limit: int = 100, before: int | None = None) -> list[AuditEvent]:
         """The audit log of operator actions, newest first, by run and action; `before` is
         the id of the last event seen (the next page)."""
-        if action is not None and action not in AUDIT_ACTIONS:
-            raise DefinitionError(f"unknown audit action {action!r}; one of: "
-                                  f"{', '.join(AUDIT_ACTIONS)}")
-        if not isinstance(limit, int) or not 1 <= limit <= 10_000:
-            raise DefinitionError(f"limit must be within 1..10000, got {limit!r}")
+        check_audit_query(action, limit)
         await self.open()
         recs = await self.store.list_audit(thread_id=thread_id, action=action, limit=limit,
                                            before=before)
@@ -311,47 +273,16 @@ class Runtime:
         `traceparent` (a W3C trace context, e.g. an HTTP request's) makes the run's trace a
         child of that span."""
         a = self.agent(agent)
-        if input is None:
-            input = {}
-        if not isinstance(input, Mapping):
-            raise SerializationError(f"run input must be a dict, got {type(input).__name__!r}")
-        data = serde.dumps(dict(input), "input")
-        if thread_id is not None and (not isinstance(thread_id, str) or not thread_id
-                                      or len(thread_id) > 200 or "\x00" in thread_id):
-            raise DefinitionError("thread_id must be a non-empty string of at most 200 "
-                                  "characters, without NUL")
-        if idempotency_key is not None and (not isinstance(idempotency_key, str)
-                                            or "\x00" in idempotency_key):
-            raise DefinitionError("idempotency_key must be a string without NUL")
+        data = starting.check_args(input, thread_id, idempotency_key)
         await self.open()
-        thread_id = thread_id or uuid.uuid4().hex
-        routes = await self._current_routes()
-        node = a.start_node()
-        if version is None:
-            version = routes.choose(thread_id, self.version, a.name)
-        else:
-            deploy.known_version(version, routes, self.version)
-        if version in routes.retired:
-            raise InvalidState(f"version {version!r} is retired; it takes no new runs")
-        if version != self.version:
-            node = routes.start_node(version, a.name) or node
-        new = NewRun(
-            thread_id=thread_id,
-            agent=a.name,
-            version=version,
-            node=node,
-            input=data,
-            input_hash=serde.digest(a.name.encode() + b"\0" + data),
-            idempotency_key=idempotency_key,
-        )
-        if self.hub.observers or traceparent is not None:
-            trace = self.hub.run_created(new, None, traceparent, time.time())
-            if trace is not None:
-                new = dataclasses.replace(new, trace_context=trace)
-        audit = _audit(actor, "start", new.thread_id, new.thread_id,
-                       {"agent": a.name, "version": new.version,
-                        "idempotency_key": idempotency_key})
-        rec, created = await self._create(new, audit)
+        new = starting.new_run(a, data, thread_id, idempotency_key, version,
+                               await self._deploys.current_routes(), self.version)
+        new = starting.traced(new, self.hub, traceparent)
+        audit = audit_of(actor, "start", new.thread_id, new.thread_id,
+                         {"agent": a.name, "version": new.version,
+                          "idempotency_key": idempotency_key})
+        rec, created = await starting.create(self.store, new, self._workers, self.version,
+                                             self.settings.lease_ttl, audit)
         if rec.step == 0:
             run = to_run(rec, serde.loads(rec.input))
         else:
@@ -359,26 +290,6 @@ class Runtime:
         # A new run has no mail yet; an existing one is read as get() reads it.
         depth = 0 if created else await self.store.inbox_depth(rec.thread_id)
         return dataclasses.replace(run, created=created, inbox_depth=depth)
-
-    async def _create(self, new: NewRun, audit: Audit | None = None) -> tuple[RunRecord, bool]:
-        """Insert the run (or find it there); when a worker of this process has a free slot,
-        insert it leased to that worker and hand it over (no claim round trip, no wake-up of
-        other workers)."""
-        worker = (next((w for w in self._workers if w.reserve()), None)
-                  if new.version == self.version else None)
-        if worker is None:
-            return await self.store.create_run(new, audit=audit)
-        try:
-            rec, created = await self.store.create_run(
-                new, lease=(worker.id, self.settings.lease_ttl), audit=audit)
-        except BaseException:
-            worker.unreserve()
-            raise
-        if not (created and rec.lease_owner == worker.id):
-            worker.unreserve()
-        elif not worker.adopt(rec):  # it began stopping meanwhile: let others claim it
-            await self.store.release_runs([Lease(rec.thread_id, worker.id, rec.epoch)])
-        return rec, created
 
     async def get(self, thread_id: str) -> Run:
         """The run with its current state, inbox depth and actor state."""
@@ -490,17 +401,9 @@ class Runtime:
         results (a step whose calls changed fails with NondeterminismError: fork an earlier
         step instead). Raises InvalidState unless the run is failed."""
         rec = await self._record(thread_id)
-        if rec.status != "failed":
-            hint = {"completed": "fork it to run steps again (tether runs fork)",
-                    "cancelled": "fork it to run steps again (tether runs fork)"}.get(
-                rec.status, "wait for it to fail or finish")
-            raise InvalidState(f"run {thread_id!r} is {rec.status}, not failed: only a failed "
-                               f"run can be retried; {hint}")
-        node = await self._next_node(rec, rec.step)
-        if node is None:  # a failed run's last committed step never finished it
-            raise InvalidState(f"run {thread_id!r} has no step to run again")
+        node = await retry_node(self.store, rec, lambda: self.agent(rec.agent).start_node())
         moved = await self.store.retry_run(
-            thread_id, node, audit=_audit(actor, "retry", thread_id, thread_id, {"node": node}))
+            thread_id, node, audit=audit_of(actor, "retry", thread_id, thread_id, {"node": node}))
         if moved is None:
             raise InvalidState(f"run {thread_id!r} changed while being retried; look again")
         return await self._with_state(moved)
@@ -514,21 +417,14 @@ class Runtime:
             raise DefinitionError("worker_id must be a non-empty string")
         await self.open()
         return await self.store.release_worker(
-            worker_id, audit=_audit(actor, "release", None, worker_id))
-
-    async def _next_node(self, rec: RunRecord, step: int) -> str | None:
-        """The node that runs after `step` of the run (the start node after step 0)."""
-        if step == 0:
-            return self.agent(rec.agent).start_node()
-        rows = await self.store.load_checkpoints(rec.thread_id, step)
-        return rows[-1].next_node if rows else None
+            worker_id, audit=audit_of(actor, "release", None, worker_id))
 
     async def cancel(self, thread_id: str, *, actor: str | None = None) -> Run:
         """Cancel a run now: queued/waiting/sleeping at once; a running run's in-flight step
         is abandoned (its commit is refused) and its node task cancelled."""
         await self.open()
         rec = await self.store.cancel_run(thread_id, self.compensable,
-                                          audit=_audit(actor, "cancel", thread_id, thread_id))
+                                          audit=audit_of(actor, "cancel", thread_id, thread_id))
         if rec is None:
             raise RunNotFound(f"no run with thread_id {thread_id!r}")
         for w in self._workers:
@@ -541,14 +437,7 @@ class Runtime:
     async def checkpoints(self, thread_id: str) -> list[Checkpoint]:
         """Every committed step of the run with the state after it."""
         rec = await self._record(thread_id)
-        rows = await self.store.checkpoints(thread_id)
-        state: dict[str, Any] = dict(serde.loads(rec.input))
-        out: list[Checkpoint] = []
-        for cp in rows:
-            state = apply(state, cp.kind, cp.data)
-            # A copy per checkpoint (typed: it may hold an Agent(typed_state=True)'s values).
-            out.append(checkpoint_of(cp, serde.loads(serde.dumps(state, typed=True))))
-        return out
+        return [checkpoint_of(cp, state) for cp, state in await states_after(self.store, rec)]
 
     async def calls(self, thread_id: str, step: int) -> list[Call]:
         """The results step `step` of the run journaled, in call order."""
@@ -570,20 +459,10 @@ class Runtime:
             self.settings, cpu_workers=cpu_workers)
         worker = Worker(self.store, self.registry, self.hub, settings, concurrency=n)
         self._workers.append(worker)
-        policy = self.retention
         try:
             with worker_tuned(n) if tune else contextlib.nullcontext():
-                if policy is None or policy.every is None:
-                    await worker.run(stop)
-                    return
-                halt = asyncio.Event()
-                async with asyncio.TaskGroup() as tg:
-                    tg.create_task(prune_periodically(self.store, policy, self.settings.lease_ttl,
-                                                     halt))
-                    try:
-                        await worker.run(stop)
-                    finally:
-                        halt.set()
+                await alongside(worker.run(stop), self.store, self.retention,
+                                self.settings.lease_ttl)
         finally:
             self._workers.remove(worker)
 
@@ -607,17 +486,9 @@ class Runtime:
         policy = Policy.of(completed=completed, failed=failed, cancelled=cancelled, agent=agent,
                            keep_steps=keep_steps, keep_interrupts=keep_interrupts)
         await self.open()
-        if agent is not None and agent not in self.agents and not await self.store.list_runs(
-                agent=agent, limit=1):
-            raise ConfigError(f"unknown agent {agent!r}: no run of it in the store and this "
-                              f"runtime has {', '.join(self.agents) or 'no agents'}")
-        audit = _audit(actor, "prune", None, None, {
-            "completed": completed, "failed": failed, "cancelled": cancelled, "agent": agent,
-            "keep_steps": keep_steps})
-        if audit is not None:  # each batch of runs removed is one row, in its transaction
-            audit = Audit(audit.actor, audit.action, None, None,
-                          {k: (v if v is None or isinstance(v, (int, float, str)) else str(v))
-                           for k, v in audit.details.items()})
+        await known_agent(self.store, agent, self.agents)
+        audit = prune_audit(actor, completed=completed, failed=failed, cancelled=cancelled,
+                            agent=agent, keep_steps=keep_steps)
         return await prune(self.store, policy, lock_ttl=self.settings.lease_ttl,
                            dry_run=dry_run, progress=progress, audit=audit)
 
@@ -629,7 +500,7 @@ class Runtime:
         await self.open()
         return await self.store.send_message(
             thread_id, data, sender,
-            audit=_audit(actor, "send", thread_id, thread_id, {"sender": sender,
+            audit=audit_of(actor, "send", thread_id, thread_id, {"sender": sender,
                                                               "bytes": len(data)}))
 
     async def inbox(self, thread_id: str) -> list[Message]:
@@ -647,23 +518,12 @@ class Runtime:
         await self.open()
         rec = await self.store.resume_interrupt(
             thread_id, data, interrupt_id,
-            audit=_audit(actor, "resume", thread_id, interrupt_id or thread_id,
+            audit=audit_of(actor, "resume", thread_id, interrupt_id or thread_id,
                          {"interrupt_id": interrupt_id}))
         if rec is not None:
             self.hub.emit(thread_id, {"type": "resumed", "interrupt_id": rec.id, "step": rec.step})
             return interrupt_of(rec)
-        run = await self._record(thread_id)
-        answered = await self.store.get_interrupt(interrupt_id) if interrupt_id else None
-        if answered is None and interrupt_id is None:
-            done = await self.store.list_interrupts(thread_id=thread_id, status="resolved",
-                                                    limit=1_000)
-            answered = next((i for i in reversed(done) if i.step == run.step + 1), None)
-        if answered is not None and answered.thread_id == thread_id and answered.status == "resolved":
-            raise ResumeConflict(
-                f"interrupt {answered.id!r} of run {thread_id!r} was already answered")
-        if interrupt_id is not None and (answered is None or answered.thread_id != thread_id):
-            raise InvalidState(f"run {thread_id!r} has no interrupt {interrupt_id!r}")
-        raise InvalidState(f"run {thread_id!r} is {run.status}, not waiting for input")
+        raise await not_resumed(self.store, await self._record(thread_id), interrupt_id)
 
     async def interrupts(self, *, thread_id: str | None = None, status: str | None = "pending",
                          limit: int = 100) -> list[Interrupt]:
@@ -679,23 +539,18 @@ class Runtime:
         rec = await self._record(thread_id)
         if not isinstance(step, int) or step < 0 or step > rec.step:
             raise InvalidState(f"run {thread_id!r} has steps 0..{rec.step}; cannot fork at {step!r}")
-        node = await self._next_node(rec, step)
+        node = await next_node(self.store, rec, step, lambda: self.agent(rec.agent).start_node())
         if node is None:
             raise InvalidState(f"step {step} of run {thread_id!r} finished the run; fork an "
                                "earlier step")
         state = (await load_state(self.store, rec, upto=step))[0] if step else serde.loads(rec.input)
         data = serde.dumps(state, "state", typed=self.agent(rec.agent).typed_state)
-        new = NewRun(
+        new = starting.traced(NewRun(
             thread_id=new_thread_id or uuid.uuid4().hex, agent=rec.agent, version=self.version,
-            node=node, input=data, input_hash=serde.digest(rec.agent.encode() + b"\0" + data),
-            forked_from=thread_id, forked_step=step,
-        )
-        if self.hub.observers:
-            trace = self.hub.run_created(new, None, None, time.time())
-            if trace is not None:
-                new = dataclasses.replace(new, trace_context=trace)
+            node=node, input=data, input_hash=starting.input_hash(rec.agent, data),
+            forked_from=thread_id, forked_step=step), self.hub, None)
         created, _ = await self.store.create_run(
-            new, audit=_audit(actor, "fork", thread_id, new.thread_id, {"step": step}))
+            new, audit=audit_of(actor, "fork", thread_id, new.thread_id, {"step": step}))
         return to_run(created, state)
 
     def subscribe(self, thread_id: str) -> AsyncIterator[dict[str, Any]]:
@@ -703,108 +558,54 @@ class Runtime:
         resumed, completed, failed, and `ctx.stream` events. Ends when the run is terminal."""
         return self.hub.subscribe(thread_id)
 
-    # -- rainbow deploys --------------------------------------------------------------------
-
-    async def _current_routes(self) -> Routes:
-        """The weight table and the versions' agents, read again once ROUTES_TTL passed
-        (one read for all the starts waiting on it)."""
-        if time.monotonic() - self._routes_read < ROUTES_TTL:
-            return self._routes
-        async with self._routes_lock:
-            if time.monotonic() - self._routes_read >= ROUTES_TTL:
-                await self._read_routes()
-        return self._routes
-
-    async def _read_routes(self) -> Routes:
-        await self.open()
-        self._routes = await deploy.load_routes(self.store)
-        self._routes_read = time.monotonic()
-        return self._routes
+    # -- rainbow deploys (tether.deploy.Deployer holds the logic) ---------------------------
 
     async def workers(self) -> list[WorkerInfo]:
         """The registered workers (those that stopped cleanly deregistered); `alive` is
         False for one without a heartbeat for longer than its lease TTL."""
         await self.open()
-        return await deploy.workers(self.store)
+        return await self._deploys.workers()
 
     async def deployments(self) -> list[Deployment]:
         """Every version with a weight, open runs or a live worker: its weight, state, live
         workers, open runs by status, oldest open run and stranded runs."""
         await self.open()
-        return await deploy.deployments(self.store, self.settings.lease_ttl)
+        return await self._deploys.deployments()
 
-    async def _deployment(self, version: str) -> Deployment:
-        found = [d for d in await self.deployments() if d.version == version]
-        return found[0] if found else Deployment(version, 0, "drained", 0)
-
-    async def route(self, weights: Mapping[str, int]) -> list[Deployment]:
+    async def route(self, weights: Mapping[str, int], *, actor: str | None = None
+                    ) -> list[Deployment]:
         """Set the whole weight table ({"v1": 90, "v2": 10}): a version not named gets 0.
         Weights are integers >= 0 summing to more than 0, of versions a worker registered
         (or this runtime's own). New runs only: a run stays on the version it started on."""
-        table = deploy.check_weights(weights, await self._read_routes(), self.version)
-        await self.store.set_weights(table, replace=True)
-        await self._read_routes()
-        return await self.deployments()
+        await self.open()
+        return await self._deploys.route(weights, actor)
 
-    async def drain(self, version: str) -> Deployment:
+    async def drain(self, version: str, *, actor: str | None = None) -> Deployment:
         """Weight 0 for `version`: no new run goes to it; its open runs finish on it."""
-        routes = await self._read_routes()
-        deploy.known_version(version, routes, self.version)
-        if version in routes.retired:
-            raise InvalidState(f"version {version!r} is already retired")
-        if not [v for v, _ in routes.weights if v != version]:
-            raise InvalidState(
-                f"draining {version!r} would leave no version for new runs: route them to "
-                f"another first (e.g. `tether deploy route {version}=0 v2=100`)")
-        await self.store.set_weights([(version, 0)], replace=False)
-        await self._read_routes()
-        return await self._deployment(version)
+        await self.open()
+        return await self._deploys.drain(version, actor)
 
-    async def retire(self, version: str) -> Deployment:
+    async def retire(self, version: str, *, actor: str | None = None) -> Deployment:
         """Retire a drained version (no open run left): it never takes a run again.
         Refused, naming its open runs, while it has any."""
-        routes = await self._read_routes()
-        deploy.known_version(version, routes, self.version)
-        weight = dict(routes.weights).get(version, 0)
-        if weight > 0:
-            raise InvalidState(f"version {version!r} still has weight {weight}: drain it "
-                               f"first (`tether deploy drain {version} --wait`)")
-        left = await self.store.retire_version(version)
-        if left:
-            more = " and more" if len(left) >= 20 else ""
-            raise InvalidState(
-                f"version {version!r} still has open runs: {', '.join(left)}{more}; wait "
-                f"for them (`tether deploy drain {version} --wait`) or move the parked ones "
-                "(`tether runs upgrade`)")
-        await self._read_routes()
-        return await self._deployment(version)
+        await self.open()
+        return await self._deploys.retire(version, actor)
 
     async def upgrade(self, from_version: str, to_version: str, *,
                       thread_ids: Sequence[str] | None = None, dry_run: bool = False,
-                      skip_refused: bool = False) -> Upgrade:
+                      skip_refused: bool = False, actor: str | None = None) -> Upgrade:
         """Move parked runs (queued, waiting, sleeping: never a leased running run) of
         `from_version` (or only `thread_ids`) to `to_version` without waking them, each
         checked first: its agent and next node must exist in what `to_version`'s live
         workers registered. All or nothing: if any is refused (listed with the reason),
         nothing moves, unless `skip_refused`; `dry_run` only plans."""
-        routes = await self._read_routes()
-        deploy.known_version(from_version, routes, self.version, "from_version")
-        deploy.known_version(to_version, routes, self.version, "to_version")
-        ids = deploy.check_thread_ids(thread_ids)
-        return await deploy.upgrade(self.store, from_version, to_version, thread_ids=ids,
-                                    dry_run=dry_run, skip_refused=skip_refused)
+        await self.open()
+        return await self._deploys.upgrade(from_version, to_version, thread_ids=thread_ids,
+                                           dry_run=dry_run, skip_refused=skip_refused,
+                                           actor=actor)
 
     # -- internals -------------------------------------------------------------------------
 
     async def _with_state(self, rec: RunRecord) -> Run:
         return to_run(rec, (await load_state(self.store, rec))[0])
 
-
-def _audit(actor: str | None, action: str, thread_id: str | None, target: str | None,
-           details: dict[str, Any] | None = None) -> Audit | None:
-    """The audit record of an operator action, when an actor is named."""
-    if actor is None:
-        return None
-    if not isinstance(actor, str) or not actor or len(actor) > 200 or "\x00" in actor:
-        raise DefinitionError("actor must be a non-empty string of at most 200 characters")
-    return Audit(actor, action, thread_id, target, details or {})

@@ -177,7 +177,7 @@ class Worker:
             await self._serve(stop)
         finally:
             try:
-                await self.store.stop_worker(self.id)
+                await self.store.deploys.stop_worker(self.id)
             except StoreError as exc:
                 log.warning("could not deregister worker %s (it shows as dead after %.1fs): "
                             "%s", self.id, self.settings.lease_ttl, exc)
@@ -185,7 +185,7 @@ class Worker:
     async def _beat(self) -> None:
         """Register this worker or renew its registry row (one statement)."""
         try:
-            await self.store.beat_worker(WorkerBeat(
+            await self.store.deploys.beat_worker(WorkerBeat(
                 id=self.id, host=socket.gethostname(), pid=os.getpid(),
                 version=self.registry.version, agents=self._agents_json,
                 concurrency=self.concurrency, busy=len(self._tasks),

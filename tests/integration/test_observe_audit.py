@@ -46,6 +46,13 @@ def runtime(db_url: str) -> tether.Runtime:
     return rt
 
 
+def version_2(db_url: str) -> tether.Runtime:
+    """The observe app's runtime as version v2."""
+    rt = tether.Runtime(db_url, agents=[app.agent], version="v2", poll_interval=0.05)
+    rt.effect("note")(app.make_runtime().effect_handlers["note"].fn)
+    return rt
+
+
 def actions(events: list[tether.types.AuditEvent]) -> list[tuple[str, str | None, str | None]]:
     return [(e.action, e.thread_id, e.target) for e in events]
 
@@ -217,3 +224,68 @@ async def test_prune_records_each_batch_it_removed(db_url: str) -> None:
     # The audit log outlives the runs it names.
     assert [e.thread_id for e in await rt.audit(action="start")] == ["p2", "p1", "p0"]
     await rt.close()
+
+
+async def test_deploy_actions_are_recorded_with_their_change(db_url: str) -> None:
+    v1 = runtime(db_url)
+    v2 = version_2(db_url)
+    async with working(v1, close=False), working(v2, close=False):
+        async def both_registered() -> bool:
+            return {w.version for w in await v1.workers() if w.alive} == {"v1", "v2"}
+
+        await eventually(both_registered, what="a worker of v1 and of v2 to register")
+        await v1.start(app.agent, {"steps": 2, "ask": 1}, thread_id="parked", version="v1")
+
+        async def parked() -> bool:
+            return (await v1.peek("parked")).status == "waiting"
+
+        await eventually(parked, what="the v1 run to wait for input")
+        with pytest.raises(tether.errors.DefinitionError):
+            await v1.route({"v1": 0, "v2": 0}, actor="carol")  # refused: no row
+        await v1.route({"v1": 50, "v2": 50}, actor="carol")
+        await v1.drain("v1", actor="carol")
+        with pytest.raises(InvalidState, match="open runs"):
+            await v1.retire("v1", actor="carol")  # the parked run is still on v1: no row
+        await v1.upgrade("v1", "v2", dry_run=True, actor="carol")  # plans only: no row
+        moved = await v1.upgrade("v1", "v2", actor="carol")
+        assert moved.moved == ("parked",)
+        await v1.retire("v1", actor="carol")
+        await v2.resume("parked", "ok")
+        assert (await v2.wait("parked", timeout=WAIT)).status == "completed"
+    events = await v1.audit()
+    assert actions(events) == [("retire", None, "v1"), ("upgrade", None, "v2"),
+                               ("drain", None, "v1"), ("route", None, None)]
+    assert all(e.actor == "carol" for e in events)
+    assert events[1].details == {"from": "v1", "to": "v2", "thread_ids": None,
+                                 "skip_refused": False, "runs": 1}
+    assert events[3].details == {"weights": {"v1": 50, "v2": 50}}
+    assert [e.action for e in await v1.audit(action="upgrade")] == ["upgrade"]
+    await v1.close()
+    await v2.close()
+
+
+async def test_post_runs_takes_a_version(db_url: str) -> None:
+    rt = runtime(db_url)
+    v2 = version_2(db_url)
+    async with working(v2, close=False):
+        async def registered() -> bool:
+            return any(w.version == "v2" for w in await rt.workers())
+
+        await eventually(registered, what="the v2 worker to register")
+        asgi = create_app(rt)
+        async with asgi.router.lifespan_context(asgi), httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=asgi), base_url="http://t") as http:
+            r = await http.post("/runs", json={"agent": "obs", "input": {"steps": 1},
+                                               "thread_id": "on-v2", "version": "v2"})
+            assert r.status_code == 201, r.text
+            assert r.json()["version"] == "v2"
+            r = await http.post("/runs", json={"agent": "obs", "thread_id": "bad",
+                                               "version": "v9"})
+            assert r.status_code == 422 and "unknown version 'v9'" in r.text
+            r = await http.post("/runs", json={"agent": "obs", "version": ""})
+            assert r.status_code == 422
+        assert (await v2.wait("on-v2", timeout=WAIT)).version == "v2"
+    with pytest.raises(RunNotFound):
+        await rt.peek("bad")
+    await rt.close()
+    await v2.close()

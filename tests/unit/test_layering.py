@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("store", ("tether.store",)),
     ("engine", ("tether.calls", "tether.context", "tether.history", "tether.outbox",
                 "tether.agent", "tether.registry", "tether.hub", "tether.deploy",
-                "tether.worker",
+                "tether.worker", "tether.starting",
                 "tether.retention", "tether.records")),
     ("runtime", ("tether.runtime",)),
     ("api", ("tether",)),  # the package itself (only): the public names, re-exported

@@ -11,7 +11,16 @@ import click
 
 from ..deploy import OPEN, Deployment
 from ..errors import ConfigError
-from ._common import POSITIVE_FLOAT, connection_options, console, dump, json_option, run, runtime_for
+from ._common import (
+    POSITIVE_FLOAT,
+    cli_actor,
+    connection_options,
+    console,
+    dump,
+    json_option,
+    run,
+    runtime_for,
+)
 from ._root import cli
 from .runs import runs
 
@@ -98,7 +107,7 @@ def route(weights: tuple[str, ...], db: str | None, app: str | None, verbose: bo
         table = _weights(weights)
         rt = runtime_for(db, app)
         try:
-            found = await rt.route(table)
+            found = await rt.route(table, actor=cli_actor())
         finally:
             await rt.close()
         if as_json:
@@ -122,7 +131,7 @@ def drain(version: str, wait_: bool, timeout: float | None, db: str | None, app:
     async def main() -> int:
         rt = runtime_for(db, app)
         try:
-            d = await rt.drain(version)
+            d = await rt.drain(version, actor=cli_actor())
             deadline = None if timeout is None else time.monotonic() + timeout
             while wait_ and d.state == "draining":
                 left = ", ".join(f"{s} {n}" for s, n in sorted(d.runs.items()))
@@ -157,7 +166,7 @@ def retire(version: str, db: str | None, app: str | None, verbose: bool, as_json
     async def main() -> int:
         rt = runtime_for(db, app)
         try:
-            d = await rt.retire(version)
+            d = await rt.retire(version, actor=cli_actor())
         finally:
             await rt.close()
         if as_json:
@@ -186,7 +195,7 @@ def upgrade(from_: str, to: str, threads: tuple[str, ...], dry_run: bool, skip_r
         rt = runtime_for(db, app)
         try:
             up = await rt.upgrade(from_, to, thread_ids=list(threads) or None, dry_run=dry_run,
-                                  skip_refused=skip_refused)
+                                  skip_refused=skip_refused, actor=cli_actor())
         finally:
             await rt.close()
         if as_json:

@@ -383,7 +383,8 @@ def create_app(
         """Start a run (a worker picks it up)."""
         _check_json(body.input, "input")
         run = await runtime.start(body.agent, body.input, thread_id=body.thread_id,
-                                  idempotency_key=idempotency_key, actor=actor,
+                                  idempotency_key=idempotency_key, version=body.version,
+                                  actor=actor,
                                   traceparent=traceparent)
         if not run.created:
             response.status_code = 200
@@ -525,13 +526,13 @@ def create_app(
              responses=_errors(400, 401, 409, 422))
     async def route(body: SetWeights) -> DeploymentList:
         """Set the weights of new runs (the whole table; a version not named gets 0)."""
-        return _deployments(await runtime.route(body.weights))
+        return _deployments(await runtime.route(body.weights, actor=actor))
 
     @app.post("/deployments/{version}/drain", response_model=DeploymentOut,
               tags=["deployments"], responses=_errors(401, 409, 422))
     async def drain(version: Version) -> DeploymentOut:
         """Weight 0 for the version: its open runs finish on it, no new run lands on it."""
-        return DeploymentOut(**(await runtime.drain(version)).as_dict())
+        return DeploymentOut(**(await runtime.drain(version, actor=actor)).as_dict())
 
     @app.get("/healthz", response_model=Health, tags=["health"],
              responses={503: {"model": Health, "description": "database or worker down"}})

@@ -48,6 +48,11 @@ class StartRun(_In):
         description="the run's id (default: a new uuid); the same thread_id with the same "
         "input returns the existing run",
     )
+    version: Id | None = Field(
+        default=None,
+        description="the code version to run it on (a version a worker registered); default: "
+        "the deployment weights' choice for its thread_id, else the server's own version",
+    )
 
 
 class ResumeRun(_In):

@@ -8,6 +8,8 @@ from typing import Any
 
 import orjson
 
+from ..errors import DefinitionError
+
 AUDIT_ACTIONS = ("start", "resume", "cancel", "fork", "send", "retry", "release", "route",
                  "drain", "retire", "upgrade", "effect.retry", "prune")
 """Operator actions the audit log records (DESIGN's list, and the runs' retry and release)."""
@@ -36,6 +38,26 @@ class Audit:
         """The insert_audit query's parameters."""
         return {"actor": self.actor, "action": self.action, "thread_id": self.thread_id,
                 "target": self.target, "details": orjson.dumps(self.details).decode()}
+
+
+def audit_of(actor: str | None, action: str, thread_id: str | None, target: str | None,
+             details: dict[str, Any] | None = None) -> Audit | None:
+    """The audit record of an operator action, when an actor is named (DefinitionError for
+    an actor that is not a non-empty string of at most 200 characters)."""
+    if actor is None:
+        return None
+    if not isinstance(actor, str) or not actor or len(actor) > 200 or "\x00" in actor:
+        raise DefinitionError("actor must be a non-empty string of at most 200 characters")
+    return Audit(actor, action, thread_id, target, details or {})
+
+
+def check_audit_query(action: str | None, limit: int) -> None:
+    """DefinitionError for an audit query by an unknown action or with a limit out of range."""
+    if action is not None and action not in AUDIT_ACTIONS:
+        raise DefinitionError(f"unknown audit action {action!r}; one of: "
+                              f"{', '.join(AUDIT_ACTIONS)}")
+    if not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise DefinitionError(f"limit must be within 1..10000, got {limit!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,10 @@ from ..errors import InvalidState
 from .audit import AUDIT_ACTIONS as AUDIT_ACTIONS
 from .audit import Audit as Audit
 from .audit import AuditRecord as AuditRecord
+from .deploy_types import DeploymentRecord as DeploymentRecord
+from .deploy_types import OpenRuns as OpenRuns
+from .deploy_types import WorkerBeat as WorkerBeat
+from .deploy_types import WorkerRecord as WorkerRecord
 from .measure import LoadStats
 from .retention_types import Retention
 
@@ -190,57 +194,6 @@ class EffectRecord:
     done_at: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerBeat:
-    """What a worker's heartbeat says about it (one upsert of its registry row)."""
-
-    id: str
-    host: str
-    pid: int
-    version: str
-    agents: str  # JSON {agent: [node names, the start node first]}
-    concurrency: int
-    busy: int
-    lease_ttl: float
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerRecord:
-    """A worker's registry row: its last heartbeat, and stopped_at once it stopped cleanly."""
-
-    id: str
-    host: str
-    pid: int
-    version: str
-    agents: str
-    concurrency: int
-    busy: int
-    lease_ttl: float
-    started_at: float
-    last_seen: float
-    stopped_at: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class DeploymentRecord:
-    """A version's routing weight (and when it was retired, if it was)."""
-
-    version: str
-    weight: int
-    retired_at: float | None
-    updated_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class OpenRuns:
-    """How many runs of `version` are open with `status`, and when the oldest was created."""
-
-    version: str
-    status: str
-    count: int
-    oldest: float
-
-
 PARKED = ("queued", "waiting", "sleeping")
 """The statuses of a run no worker holds: upgrade may move it to another version."""
 
@@ -344,6 +297,58 @@ class CommitObserver(Protocol):
     COMMIT's return. Called on the event loop; must not block."""
 
     def committed(self, writes: int, seconds: float) -> None: ...
+
+
+class Deployments(Protocol):
+    """The worker registry and the weight table: what rainbow deploys store (tether.deploy
+    holds the logic). Each write is one transaction, and an audit row given joins it."""
+
+    async def beat_worker(self, beat: WorkerBeat) -> None:
+        """Register or renew the worker's row (last_seen = now, stopped_at cleared), and drop
+        rows of workers gone for more than a day; one statement per heartbeat, apart from
+        renew_leases."""
+
+    async def stop_worker(self, worker_id: str) -> None:
+        """A clean stop: the row gets stopped_at = last_seen = now (it no longer serves)."""
+
+    async def list_workers(self) -> list[WorkerRecord]:
+        """Every registry row (stopped and dead ones included), by version then id."""
+
+    async def list_deployments(self) -> list[DeploymentRecord]:
+        """The weight table, by version."""
+
+    async def set_weights(self, weights: Sequence[tuple[str, int]], *, replace: bool,
+                          audit: Audit | None = None) -> None:
+        """Set these versions' weights; `replace`: every version not named gets weight 0.
+        One transaction (with the audit row, if given)."""
+
+    async def open_runs(self) -> list[OpenRuns]:
+        """Open runs (queued, running, waiting, sleeping) counted by version and status."""
+
+    async def stranded_runs(self, version: str, before: float) -> int:
+        """Open runs of `version` last updated before `before`."""
+
+    async def retire_version(self, version: str, limit: int = 20,
+                             audit: Audit | None = None) -> list[str]:
+        """In one transaction: if `version` has open runs, return up to `limit` of their
+        thread_ids (oldest first) and change nothing; else mark it retired (weight 0), write
+        the audit row if given, and return []."""
+
+    async def move_runs(
+        self,
+        from_version: str,
+        to_version: str,
+        thread_ids: Sequence[str] | None,
+        decide: Callable[[list[RunRecord]], Sequence[str]],
+        audit: Audit | None = None,
+    ) -> list[RunRecord]:
+        """Upgrade, atomically: lock the candidate runs (those named, else every parked run of
+        `from_version`), hand them to `decide`, which returns the thread_ids to move (or
+        raises to change nothing), and set those runs' version to `to_version` if each is
+        still parked on `from_version` (else nothing moves: InvalidState). Moved runs keep
+        their status; queued and due ones are announced to `to_version`'s workers; the audit
+        row (if given, with `runs`: how many moved) is written with the move. Returns the
+        candidates as locked (before the move)."""
 
 
 class Store(Protocol):
@@ -570,51 +575,10 @@ class Store(Protocol):
         """The connection pool now: in_use (checked out), idle, max, waiting (requests
         queued for a connection); {} for a store without a pool (SQLite) or not open."""
 
-    # -- deployments (rainbow deploys) ------------------------------------------------------
-    # Each write below is one transaction, so an audit row can join it.
-
-    async def beat_worker(self, beat: WorkerBeat) -> None:
-        """Register or renew the worker's row (last_seen = now, stopped_at cleared), and drop
-        rows of workers gone for more than a day; one statement per heartbeat, apart from
-        renew_leases."""
-
-    async def stop_worker(self, worker_id: str) -> None:
-        """A clean stop: the row gets stopped_at = last_seen = now (it no longer serves)."""
-
-    async def list_workers(self) -> list[WorkerRecord]:
-        """Every registry row (stopped and dead ones included), by version then id."""
-
-    async def list_deployments(self) -> list[DeploymentRecord]:
-        """The weight table, by version."""
-
-    async def set_weights(self, weights: Sequence[tuple[str, int]], *, replace: bool) -> None:
-        """Set these versions' weights; `replace`: every version not named gets weight 0.
-        One transaction."""
-
-    async def open_runs(self) -> list[OpenRuns]:
-        """Open runs (queued, running, waiting, sleeping) counted by version and status."""
-
-    async def stranded_runs(self, version: str, before: float) -> int:
-        """Open runs of `version` last updated before `before`."""
-
-    async def retire_version(self, version: str, limit: int = 20) -> list[str]:
-        """In one transaction: if `version` has open runs, return up to `limit` of their
-        thread_ids (oldest first) and change nothing; else mark it retired (weight 0) and
-        return []."""
-
-    async def move_runs(
-        self,
-        from_version: str,
-        to_version: str,
-        thread_ids: Sequence[str] | None,
-        decide: Callable[[list[RunRecord]], Sequence[str]],
-    ) -> list[RunRecord]:
-        """Upgrade, atomically: lock the candidate runs (those named, else every parked run of
-        `from_version`), hand them to `decide`, which returns the thread_ids to move (or
-        raises to change nothing), and set those runs' version to `to_version` if each is
-        still parked on `from_version` (else nothing moves: InvalidState). Moved runs keep
-        their status; queued and due ones are announced to `to_version`'s workers. Returns the
-        candidates as locked (before the move)."""
+    @property
+    def deploys(self) -> Deployments:
+        """The worker registry and the deployment weights (rainbow deploys), a part of the
+        store: see Deployments."""
 
     async def list_audit(
         self, *, thread_id: str | None = None, action: str | None = None, limit: int = 100,

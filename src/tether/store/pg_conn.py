@@ -34,11 +34,13 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..config import redact
 from ..errors import ConfigError, StoreError, StoreUnavailable
-from .migrate import queries
+from .audit import Audit
+from .migrate import latest, migrations, queries
 
 log = logging.getLogger("tether.store.postgres")
 
 _SCHEMES: Final = ("postgresql", "postgres", "postgresql+psycopg")
+_MIGRATE_LOCK: Final = 0x7465746865720001  # b"tether\0\1": one key for every tether database
 _SYNC_MODES: Final = frozenset({"on", "off", "local", "remote_write", "remote_apply"})
 MAX_BATCH: Final = 1000
 """Statements per coalesced read batch or group commit, at most."""
@@ -390,6 +392,64 @@ class PgConnections:
                 raise self.error(exc) from exc
         raise AssertionError("unreachable")
 
+
+    # -- schema ----------------------------------------------------------------------------
+
+    async def schema_version(self) -> tuple[int, int]:
+        """(migration applied, latest shipped)."""
+        q = self.q
+        try:
+            async with self.pool().connection() as conn:
+                row = await (await conn.execute(q["schema_table"])).fetchone()
+                current = 0
+                if row is not None and row[0]:
+                    row = await (await conn.execute(q["schema_applied"])).fetchone()
+                    current = int(row[0]) if row is not None else 0
+        except psycopg.Error as exc:
+            raise self.error(exc) from exc
+        return current, latest("postgres")
+
+    async def migrate(self) -> list[int]:
+        """Apply the pending migrations in one transaction, under an advisory lock."""
+        q = self.q
+        done: list[int] = []
+        try:
+            async with self.pool().connection() as conn, conn.transaction():
+                # Taken before anything else: a second migrator waits here, then sees our work.
+                await conn.execute(q["migrate_lock"], {"key": _MIGRATE_LOCK})
+                await conn.execute(q["create_schema_version"])
+                row = await (await conn.execute(q["schema_applied"])).fetchone()
+                current = int(row[0]) if row is not None else 0
+                for mig in migrations("postgres"):
+                    if mig.version <= current:
+                        continue
+                    await conn.execute(mig.sql.encode())  # no params: sent as one script
+                    await conn.execute(
+                        q["record_migration"], {"version": mig.version, "name": mig.name}
+                    )
+                    done.append(mig.version)
+        except psycopg.Error as exc:
+            err = self.error(exc)
+            raise type(err)(f"migrating {self.safe_url} failed: {err}") from exc
+        return done
+
+    async def audited(self, query: bytes, params: Params, audit: Audit | None,
+                      happened: Callable[[list[TupleRow]], bool]) -> list[TupleRow]:
+        """One statement's rows, and (in its transaction) the audit row when `happened`."""
+        if audit is None:
+            return await self.fetchall(query, params)
+        insert = self.q["insert_audit"]
+
+        async def body(conn: Conn) -> list[TupleRow]:
+            async with conn.pipeline():
+                await conn.execute(BEGIN)
+                cur = await conn.execute(query, params)
+            rows = await cur.fetchall()
+            if happened(rows):
+                await conn.execute(insert, audit.params())
+            return rows
+
+        return await self.transaction(body)
 
 async def rollback(conn: Conn) -> None:
     """End a failed explicit transaction so the connection goes back to the pool clean.

@@ -18,14 +18,13 @@ the transaction back whole and it is retried.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import orjson
-import psycopg
 from psycopg.rows import TupleRow
 
-from ..errors import InvalidState, LeaseLost, RunConflict, RunNotFound, SchemaError
+from ..errors import LeaseLost, RunConflict, RunNotFound, SchemaError
 from .base import (
     COMPENSATION_STEP,
     INTERRUPT_CALL,
@@ -36,20 +35,16 @@ from .base import (
     AuditRecord,
     CheckpointRecord,
     CommitObserver,
-    DeploymentRecord,
     EffectRecord,
     InterruptRecord,
     JournalRecord,
     Lease,
     MessageRecord,
     NewRun,
-    OpenRuns,
     Park,
     RunRecord,
     StatusCounts,
     StepCommit,
-    WorkerBeat,
-    WorkerRecord,
     finished_run,
     mail_refused,
     new_run_params,
@@ -58,9 +53,10 @@ from .base import (
 from .listing import RunQuery
 from .measure import LoadStats
 from .measure import measure as measure_load
-from .migrate import behind_message, latest, migrations
+from .migrate import behind_message
 from .pg_commit import DoneMarks, GroupCommitter
 from .pg_conn import BEGIN, Conn, Params, PgConnections
+from .pg_deploy import PgDeployments
 from .pg_listen import CHANNEL, EFFECTS_CHANNEL, Listener
 from .pg_retention import PgRetention
 from .pg_steps import add_children, step_params, step_transaction
@@ -68,7 +64,6 @@ from .plan import FINISH, FULL, RELEASE, SPAWN, step_kind, step_wakes, wakes_wor
 
 __all__ = ["CHANNEL", "EFFECTS_CHANNEL", "PostgresStore"]
 
-_MIGRATE_LOCK: Final = 0x7465746865720001  # b"tether\0\1": one key for every tether database
 _NO_LIMIT: Final = 2**62
 _CLAIM_ROUNDS: Final = 4  # claim_effects statements per call at most (each visits 2*limit+100 runs)
 _DONE_BATCH: Final = 1000  # done marks per complete_effects statement
@@ -115,6 +110,7 @@ class PostgresStore:
         self._fx_after = ""  # where claim_effects' walk over runs stopped (round robin)
         self.retention = PgRetention(conns, self._q)
         self._code_point_order: bool | None = None  # the database's text order (listing)
+        self.deploys = PgDeployments(conns, self._q)
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.safe_url!r})"
@@ -155,43 +151,13 @@ class PostgresStore:
     def pool_statistics(self) -> dict[str, int]:
         return self._conns.pool_statistics()
 
-    # -- schema ----------------------------------------------------------------------------
+    # -- schema (on the connections part) ---------------------------------------------------
 
     async def schema_version(self) -> tuple[int, int]:
-        pool, q = self._conns.pool(), self._q
-        try:
-            async with pool.connection() as conn:
-                row = await (await conn.execute(q["schema_table"])).fetchone()
-                current = 0
-                if row is not None and row[0]:
-                    row = await (await conn.execute(q["schema_applied"])).fetchone()
-                    current = int(row[0]) if row is not None else 0
-        except psycopg.Error as exc:
-            raise self._conns.error(exc) from exc
-        return current, latest("postgres")
+        return await self._conns.schema_version()
 
     async def migrate(self) -> list[int]:
-        pool, q = self._conns.pool(), self._q
-        done: list[int] = []
-        try:
-            async with pool.connection() as conn, conn.transaction():
-                # Taken before anything else: a second migrator waits here, then sees our work.
-                await conn.execute(q["migrate_lock"], {"key": _MIGRATE_LOCK})
-                await conn.execute(q["create_schema_version"])
-                row = await (await conn.execute(q["schema_applied"])).fetchone()
-                current = int(row[0]) if row is not None else 0
-                for mig in migrations("postgres"):
-                    if mig.version <= current:
-                        continue
-                    await conn.execute(mig.sql.encode())  # no params: sent as one script
-                    await conn.execute(
-                        q["record_migration"], {"version": mig.version, "name": mig.name}
-                    )
-                    done.append(mig.version)
-        except psycopg.Error as exc:
-            err = self._conns.error(exc)
-            raise type(err)(f"migrating {self.safe_url} failed: {err}") from exc
-        return done
+        return await self._conns.migrate()
 
     async def now(self) -> float:
         row = await self._conns.read_one(self._q["now"])
@@ -209,7 +175,7 @@ class PostgresStore:
             row = await self._committer.write(self._q["create_run"], new_run_params(new, lease),
                                               new.thread_id)
         else:
-            rows = await self._audited(self._q["create_run"], new_run_params(new, lease), audit,
+            rows = await self._conns.audited(self._q["create_run"], new_run_params(new, lease), audit,
                                        lambda rows: bool(rows and rows[0][0]))
             row = rows[0] if rows else None
         if row is not None:
@@ -265,13 +231,8 @@ class PostgresStore:
     async def claim_runs(
         self, worker: str, version: str, agents: Sequence[str], limit: int, lease_ttl: float
     ) -> list[RunRecord]:
-        params = {
-            "worker": worker,
-            "version": version,
-            "agents": list(agents),
-            "limit": limit,
-            "ttl": float(lease_ttl),
-        }
+        params = {"worker": worker, "version": version, "agents": list(agents), "limit": limit,
+                  "ttl": float(lease_ttl)}
         return [_run(r) for r in await self._conns.fetchall(self._q["claim_runs"], params)]
 
     async def renew_leases(self, worker: str, lease_ttl: float) -> set[str]:
@@ -282,10 +243,8 @@ class PostgresStore:
     async def release_runs(self, leases: Sequence[Lease]) -> None:
         if not leases:
             return
-        params = {
-            "thread_ids": [le.thread_id for le in leases],
-            "epochs": [le.epoch for le in leases],
-        }
+        params = {"thread_ids": [le.thread_id for le in leases],
+                  "epochs": [le.epoch for le in leases]}
         await self._conns.fetchall(self._q["release_runs"], params, idempotent=True)
         self.work_available.set()
 
@@ -310,7 +269,7 @@ class PostgresStore:
 
     async def retry_run(self, thread_id: str, node: str, audit: Audit | None = None
                         ) -> RunRecord | None:
-        rows = await self._audited(self._q["retry_run"], {"thread_id": thread_id, "node": node},
+        rows = await self._conns.audited(self._q["retry_run"], {"thread_id": thread_id, "node": node},
                                    audit, bool)
         if not rows:
             return None
@@ -322,14 +281,8 @@ class PostgresStore:
     async def record_call(
         self, lease: Lease, step: int, idx: int, name: str, result: bytes
     ) -> None:
-        params = {
-            "thread_id": lease.thread_id,
-            "epoch": lease.epoch,
-            "step": step,
-            "idx": idx,
-            "name": name,
-            "result": result,
-        }
+        params = {"thread_id": lease.thread_id, "epoch": lease.epoch, "step": step, "idx": idx,
+                  "name": name, "result": result}
         if not await self._committer.write(self._q["insert_journal"], params, lease.thread_id):
             raise LeaseLost(f"run {lease.thread_id!r}: lease lost before journaling call {idx}")
 
@@ -390,14 +343,8 @@ class PostgresStore:
         final: bool,
         compensate: Sequence[str] = (),
     ) -> None:
-        params = {
-            "thread_id": lease.thread_id,
-            "epoch": lease.epoch,
-            "failures": failures,
-            "wake_at": wake_at,
-            "error": error,
-            "final": final,
-        }
+        params = {"thread_id": lease.thread_id, "epoch": lease.epoch, "failures": failures,
+                  "wake_at": wake_at, "error": error, "final": final}
         lost = f"run {lease.thread_id!r}: lease lost; failure not recorded"
         if not final:
             if not await self._conns.fetchall(self._q["fail_step"], params):
@@ -537,7 +484,7 @@ class PostgresStore:
         if audit is None:
             row = await self._committer.write(self._q["resume_interrupt"], params, thread_id)
         else:
-            rows = await self._audited(self._q["resume_interrupt"], params, audit, bool)
+            rows = await self._conns.audited(self._q["resume_interrupt"], params, audit, bool)
             row = rows[0] if rows else None
         if row is None:
             return None
@@ -622,7 +569,7 @@ class PostgresStore:
 
     async def retry_effect(self, key: str, thread_id: str | None = None,
                            audit: Audit | None = None) -> list[EffectRecord]:
-        rows = await self._audited(self._q["retry_effect"], {"key": key, "thread_id": thread_id},
+        rows = await self._conns.audited(self._q["retry_effect"], {"key": key, "thread_id": thread_id},
                                    audit, bool)
         if rows:
             self.effects_available.set()
@@ -649,107 +596,6 @@ class PostgresStore:
     async def status_counts(self) -> StatusCounts:
         rows = await self._conns.read(self._q["status_counts"], {})
         return StatusCounts.from_rows([tuple(r) for r in rows])
-
-    # -- deployments -----------------------------------------------------------------------
-
-    async def beat_worker(self, beat: WorkerBeat) -> None:
-        params = {f: getattr(beat, f) for f in WorkerBeat.__dataclass_fields__}
-        await self._conns.fetchall(self._q["beat_worker"], params, idempotent=True)
-
-    async def stop_worker(self, worker_id: str) -> None:
-        await self._conns.fetchall(self._q["stop_worker"], {"id": worker_id}, idempotent=True)
-
-    async def list_workers(self) -> list[WorkerRecord]:
-        return [WorkerRecord(*r) for r in await self._conns.read(self._q["list_workers"])]
-
-    async def list_deployments(self) -> list[DeploymentRecord]:
-        return [DeploymentRecord(*r) for r in await self._conns.read(self._q["list_deployments"])]
-
-    async def set_weights(self, weights: Sequence[tuple[str, int]], *, replace: bool) -> None:
-        q = self._q
-
-        async def body(conn: Conn) -> None:
-            async with conn.pipeline():
-                await conn.execute(BEGIN)
-                await conn.execute(q["lock_deployments"])
-                if replace:
-                    await conn.execute(q["clear_weights"])
-                for version, weight in weights:
-                    await conn.execute(q["set_weight"], {"version": version, "weight": weight})
-
-        await self._conns.transaction(body)
-
-    async def open_runs(self) -> list[OpenRuns]:
-        return [OpenRuns(*r) for r in await self._conns.read(self._q["open_runs"])]
-
-    async def stranded_runs(self, version: str, before: float) -> int:
-        row = await self._conns.read_one(self._q["stranded_runs"],
-                                         {"version": version, "before": before})
-        return int(row[0]) if row is not None else 0
-
-    async def retire_version(self, version: str, limit: int = 20) -> list[str]:
-        q = self._q
-
-        async def body(conn: Conn) -> list[str]:
-            async with conn.pipeline():
-                await conn.execute(BEGIN)
-                await conn.execute(q["lock_deployments"])
-                cur = await conn.execute(q["open_run_ids"], {"version": version, "limit": limit})
-            open_ids = [r[0] for r in await cur.fetchall()]
-            if not open_ids:
-                await conn.execute(q["retire_version"], {"version": version})
-            return open_ids
-
-        return await self._conns.transaction(body)
-
-    async def move_runs(
-        self,
-        from_version: str,
-        to_version: str,
-        thread_ids: Sequence[str] | None,
-        decide: Callable[[list[RunRecord]], Sequence[str]],
-    ) -> list[RunRecord]:
-        q = self._q
-
-        async def body(conn: Conn) -> list[RunRecord]:
-            async with conn.pipeline():
-                await conn.execute(BEGIN)
-                if thread_ids is None:
-                    cur = await conn.execute(q["parked_runs"], {"version": from_version})
-                else:
-                    cur = await conn.execute(q["runs_by_ids"], {"ids": list(thread_ids)})
-            found = [_run(r) for r in await cur.fetchall()]
-            move = list(decide(found))
-            if move:
-                cur = await conn.execute(q["move_runs"], {
-                    "ids": move, "from_version": from_version, "to_version": to_version})
-                row = await cur.fetchone()
-                n = int(row[0]) if row is not None else 0
-                if n != len(move):  # a named run is not parked on from_version
-                    raise InvalidState(
-                        f"only {n} of the {len(move)} runs to move are parked on "
-                        f"{from_version!r}; nothing moved")
-            return found
-
-        return await self._conns.transaction(body)
-
-    async def _audited(self, query: bytes, params: Params, audit: Audit | None,
-                       happened: Callable[[list[TupleRow]], bool]) -> list[TupleRow]:
-        """One statement's rows, and (in its transaction) the audit row when `happened`."""
-        if audit is None:
-            return await self._conns.fetchall(query, params)
-        insert = self._q["insert_audit"]
-
-        async def body(conn: Conn) -> list[TupleRow]:
-            async with conn.pipeline():
-                await conn.execute(BEGIN)
-                cur = await conn.execute(query, params)
-            rows = await cur.fetchall()
-            if happened(rows):
-                await conn.execute(insert, audit.params())
-            return rows
-
-        return await self._conns.transaction(body)
 
     async def list_audit(
         self, *, thread_id: str | None = None, action: str | None = None, limit: int = 100,

@@ -8,6 +8,7 @@ commit is, and whom it wakes, is plan.py's to decide; this module says it in SQL
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import sqlite3
 import time
@@ -16,7 +17,7 @@ from typing import Any, TypeVar, cast
 
 import orjson
 
-from ..errors import InvalidState, LeaseLost, RunConflict, RunNotFound, SchemaError
+from ..errors import LeaseLost, RunConflict, RunNotFound, SchemaError
 from .base import (
     COMPENSATION_STEP,
     INTERRUPT_CALL,
@@ -26,20 +27,16 @@ from .base import (
     AuditRecord,
     CheckpointRecord,
     CommitObserver,
-    DeploymentRecord,
     EffectRecord,
     InterruptRecord,
     JournalRecord,
     Lease,
     MessageRecord,
     NewRun,
-    OpenRuns,
     Park,
     RunRecord,
     StatusCounts,
     StepCommit,
-    WorkerBeat,
-    WorkerRecord,
     finished_run,
     mail_refused,
     new_run_params,
@@ -50,7 +47,8 @@ from .measure import LoadStats
 from .measure import measure as measure_load
 from .migrate import behind_message, latest, queries
 from .plan import ADVANCE, FINISH, StepWakes, step_kind, step_wakes
-from .sqlite_io import Fenced, SQLiteConnections, apply_migrations, parse_sqlite_url, schema_applied
+from .sqlite_deploy import SQLiteDeployments
+from .sqlite_io import Fenced, SQLiteConnections, apply_migrations, audited, parse_sqlite_url, schema_applied
 from .sqlite_retention import SQLiteRetention
 from .sqlite_steps import step_job
 
@@ -86,7 +84,9 @@ class SQLiteStore:
         # The part's two entry points, bound once: every Store method runs its jobs on them.
         self._w, self._r = conns.write, conns.read
         self._fx_after = ""  # where claim_effects' walk over runs stopped (round robin)
+        self._audit = functools.partial(audited, self._q["insert_audit"])
         self.retention = SQLiteRetention(self._q, self._r, self._w)
+        self.deploys = SQLiteDeployments(self._q, self._r, self._w, self.work_available)
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.url!r})"
@@ -171,7 +171,7 @@ class SQLiteStore:
                  new.parent_thread_id, new.forked_from, new.forked_step, lease[0],
                  run.lease_expires_at, now, new.trace_context),
                 "", result=(run, True), fallback=job)))
-        run, created = await self._w(self._audited(job, audit, lambda r: r[1]))
+        run, created = await self._w(self._audit(job, audit, lambda r: r[1]))
         if created and lease is None:
             self.work_available.set()
         return run, created
@@ -215,13 +215,8 @@ class SQLiteStore:
         self, worker: str, version: str, agents: Sequence[str], limit: int, lease_ttl: float
     ) -> list[RunRecord]:
         q = self._q["claim_runs"]
-        params = {
-            "worker": worker,
-            "version": version,
-            "agents": orjson.dumps(list(agents)).decode(),
-            "limit": limit,
-            "ttl": lease_ttl,
-        }
+        params = {"worker": worker, "version": version,
+                  "agents": orjson.dumps(list(agents)).decode(), "limit": limit, "ttl": lease_ttl}
         rows = await self._w(lambda c: c.execute(q, params).fetchall())
         return [_run(r) for r in rows]
 
@@ -245,7 +240,7 @@ class SQLiteStore:
             runs = [r[0] for r in conn.execute(q["release_worker_runs"], params).fetchall()]
             return runs, bool(conn.execute(q["release_worker_effects"], params).fetchall())
 
-        released, effects = await self._w(self._audited(job, audit, lambda r: bool(r[0] or r[1])))
+        released, effects = await self._w(self._audit(job, audit, lambda r: bool(r[0] or r[1])))
         self.work_available.set()
         if effects:
             self.effects_available.set()
@@ -254,7 +249,7 @@ class SQLiteStore:
     async def retry_run(self, thread_id: str, node: str, audit: Audit | None = None
                         ) -> RunRecord | None:
         q = self._q["retry_run"]
-        row = await self._w(self._audited(
+        row = await self._w(self._audit(
             lambda c: c.execute(q, {"thread_id": thread_id, "node": node}).fetchone(), audit,
             lambda r: r is not None))
         if row is None:
@@ -335,7 +330,7 @@ class SQLiteStore:
             conn.execute(q["wake_for_mail"], {"thread_id": thread_id})
             return int(cur.lastrowid or 0)
 
-        mid: int = await self._w(self._audited(job, audit, lambda r: True))
+        mid: int = await self._w(self._audit(job, audit, lambda r: True))
         self.work_available.set()
         return mid
 
@@ -365,14 +360,9 @@ class SQLiteStore:
     ) -> None:
         q, q_wake = self._q["fail_step"], self._q["wake_parent"]
         comp = self._compensations(lease.thread_id, compensate) if final else None
-        params = {
-            "thread_id": lease.thread_id,
-            "epoch": lease.epoch,
-            "failures": failures,
-            "wake_at": wake_at,
-            "error": error,
-            "final": final,
-        }
+        params = {"thread_id": lease.thread_id, "epoch": lease.epoch, "failures": failures,
+                  "wake_at": wake_at, "error": error, "final": final}
+
         def job(conn: sqlite3.Connection) -> bool:
             if conn.execute(q, params).rowcount != 1:
                 return False
@@ -451,7 +441,7 @@ class SQLiteStore:
             got = conn.execute(q["get_interrupt"], {"id": iid}).fetchone()
             return InterruptRecord(*got)
 
-        rec: InterruptRecord | None = await self._w(self._audited(job, audit,
+        rec: InterruptRecord | None = await self._w(self._audit(job, audit,
                                                                   lambda r: r is not None))
         if rec is not None:
             self.work_available.set()
@@ -580,7 +570,7 @@ class SQLiteStore:
     async def retry_effect(self, key: str, thread_id: str | None = None,
                            audit: Audit | None = None) -> list[EffectRecord]:
         q = self._q["retry_effect"]
-        rows = await self._w(self._audited(
+        rows = await self._w(self._audit(
             lambda c: c.execute(q, {"key": key, "thread_id": thread_id}).fetchall(), audit, bool))
         if rows:
             self.effects_available.set()
@@ -605,21 +595,6 @@ class SQLiteStore:
 
         return await measure_load(query, await self.now(), window)
 
-    def _audited(self, job: Callable[[sqlite3.Connection], T], audit: Audit | None,
-                 happened: Callable[[T], bool]) -> Callable[[sqlite3.Connection], T]:
-        """`job`, then (in its transaction) the audit row when `happened(its result)`."""
-        if audit is None:
-            return job
-        q = self._q["insert_audit"]
-
-        def audited(conn: sqlite3.Connection) -> T:
-            result = job(conn)
-            if happened(result):
-                conn.execute(q, audit.params())
-            return result
-
-        return audited
-
     async def list_audit(
         self, *, thread_id: str | None = None, action: str | None = None, limit: int = 100,
         before: int | None = None,
@@ -631,90 +606,3 @@ class SQLiteStore:
     async def status_counts(self) -> StatusCounts:
         q = self._q["status_counts"]
         return StatusCounts.from_rows(await self._r(lambda c: c.execute(q).fetchall()))
-
-    # -- deployments -----------------------------------------------------------------------
-
-    async def beat_worker(self, beat: WorkerBeat) -> None:
-        q, params = self._q, {f: getattr(beat, f) for f in WorkerBeat.__dataclass_fields__}
-
-        def job(conn: sqlite3.Connection) -> None:
-            conn.execute(q["prune_workers"])
-            conn.execute(q["beat_worker"], params)
-
-        await self._w(job)
-
-    async def stop_worker(self, worker_id: str) -> None:
-        q = self._q["stop_worker"]
-        await self._w(lambda c: c.execute(q, {"id": worker_id}))
-
-    async def list_workers(self) -> list[WorkerRecord]:
-        q = self._q["list_workers"]
-        return [WorkerRecord(*r) for r in await self._r(lambda c: c.execute(q).fetchall())]
-
-    async def list_deployments(self) -> list[DeploymentRecord]:
-        q = self._q["list_deployments"]
-        return [DeploymentRecord(*r) for r in await self._r(lambda c: c.execute(q).fetchall())]
-
-    async def set_weights(self, weights: Sequence[tuple[str, int]], *, replace: bool) -> None:
-        q = self._q
-
-        def job(conn: sqlite3.Connection) -> None:
-            if replace:
-                conn.execute(q["clear_weights"])
-            conn.executemany(q["set_weight"], [{"version": v, "weight": w} for v, w in weights])
-
-        await self._w(job)
-
-    async def open_runs(self) -> list[OpenRuns]:
-        q = self._q["open_runs"]
-        return [OpenRuns(*r) for r in await self._r(lambda c: c.execute(q).fetchall())]
-
-    async def stranded_runs(self, version: str, before: float) -> int:
-        q, params = self._q["stranded_runs"], {"version": version, "before": before}
-        return int(await self._r(lambda c: c.execute(q, params).fetchone()[0]))
-
-    async def retire_version(self, version: str, limit: int = 20) -> list[str]:
-        q = self._q
-
-        def job(conn: sqlite3.Connection) -> list[str]:
-            rows = conn.execute(q["open_run_ids"], {"version": version, "limit": limit})
-            open_ids = [r[0] for r in rows.fetchall()]
-            if not open_ids:
-                conn.execute(q["retire_version"], {"version": version})
-            return open_ids
-
-        result: list[str] = await self._w(job)
-        return result
-
-    async def move_runs(
-        self,
-        from_version: str,
-        to_version: str,
-        thread_ids: Sequence[str] | None,
-        decide: Callable[[list[RunRecord]], Sequence[str]],
-    ) -> list[RunRecord]:
-        q = self._q
-
-        def job(conn: sqlite3.Connection) -> tuple[list[RunRecord], int]:
-            if thread_ids is None:
-                rows = conn.execute(q["parked_runs"], {"version": from_version}).fetchall()
-            else:
-                ids = orjson.dumps(list(thread_ids)).decode()
-                rows = conn.execute(q["runs_by_ids"], {"ids": ids}).fetchall()
-            found = [_run(r) for r in rows]
-            move = list(decide(found))
-            if move:
-                n = conn.execute(q["move_runs"], {
-                    "ids": orjson.dumps(move).decode(), "from_version": from_version,
-                    "to_version": to_version}).rowcount
-                if n != len(move):  # a named run is not parked on from_version
-                    raise InvalidState(
-                        f"only {n} of the {len(move)} runs to move are parked on "
-                        f"{from_version!r}; nothing moved")
-            return found, len(move)
-
-        found: list[RunRecord]
-        found, moved = await self._w(job)
-        if moved:
-            self.work_available.set()
-        return found

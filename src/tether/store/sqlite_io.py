@@ -16,14 +16,17 @@ import sqlite3
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
 from ..errors import ConfigError, LeaseLost, StoreError, StoreUnavailable
+from .audit import Audit
 from .base import CommitObserver
 from .migrate import migrations
+
+T = TypeVar("T")
 
 Job = Callable[[sqlite3.Connection], Any]
 
@@ -478,3 +481,19 @@ def _split_sql(script: str) -> list[str]:
     """Split a migration into statements (our migrations hold no ';' inside literals)."""
     lines = [ln for ln in script.splitlines() if not ln.strip().startswith("--")]
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def audited(insert: str, job: Callable[[sqlite3.Connection], T], audit: Audit | None,
+            happened: Callable[[T], bool]) -> Callable[[sqlite3.Connection], T]:
+    """`job`, then (in its transaction) the audit row (`insert`) when `happened(its
+    result)`."""
+    if audit is None:
+        return job
+
+    def run(conn: sqlite3.Connection) -> T:
+        result = job(conn)
+        if happened(result):
+            conn.execute(insert, audit.params())
+        return result
+
+    return run
