@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from .errors import DefinitionError, InvalidState
 from .store.audit import audit_of
 from .store.base import PARKED, TERMINAL, DeploymentRecord, RunRecord, Store, WorkerRecord
 
+log = logging.getLogger("tether.deploy")
 OPEN = ("queued", "running", "waiting", "sleeping")
 STATES = ("active", "draining", "drained", "retired")
 
@@ -365,8 +367,9 @@ def check_thread_ids(thread_ids: Sequence[str] | None) -> list[str] | None:
 # -- the operations (Runtime's deploy methods are this, on the runtime's store) --------------
 
 ROUTES_TTL = 1.0
-"""Seconds a runtime routes new runs by the weight table it read last: a route() made in
-another process takes effect here within this time (at once in the process that made it)."""
+"""Seconds a runtime routes new runs by the weight table it read last before it reads it
+again: a route() made in another process takes effect here within about this time (plus
+one read; at once in the process that made it)."""
 
 
 class Deployer:
@@ -378,24 +381,51 @@ class Deployer:
         self.store = store
         self.own = own
         self.lease_ttl = lease_ttl
-        self._routes = Routes()
-        self._read_at = -ROUTES_TTL
-        self._lock = asyncio.Lock()
+        self._routes: Routes | None = None
+        self._read_at = 0.0
+        self._first: asyncio.Future[Routes] | None = None
+        self._refresh: asyncio.Task[Routes] | None = None
 
     async def current_routes(self) -> Routes:
-        """The weight table and the versions' agents, read again once ROUTES_TTL passed
-        (one read for all the starts waiting on it)."""
-        if time.monotonic() - self._read_at < ROUTES_TTL:
-            return self._routes
-        async with self._lock:
-            if time.monotonic() - self._read_at >= ROUTES_TTL:
-                await self.read_routes()
-        return self._routes
+        """The weight table and the versions' agents. Only the first call waits for the read
+        (one read for every start waiting on it); once ROUTES_TTL has passed, the table is
+        read again in the background while starts go on with the one they have, so a burst
+        of starts never stalls behind a read."""
+        routes = self._routes
+        if routes is None:
+            # Every waiter awaits the same read and all wake together when it is done (a
+            # lock would wake them one per loop iteration: a burst of starts would crawl).
+            if self._first is None or (self._first.done() and (
+                    self._first.cancelled() or self._first.exception() is not None)):
+                self._first = asyncio.ensure_future(self.read_routes())
+            return await asyncio.shield(self._first)
+        if time.monotonic() - self._read_at >= ROUTES_TTL and (
+                self._refresh is None or self._refresh.done()):
+            self._read_at = time.monotonic()  # one refresh at a time
+            self._refresh = asyncio.create_task(self._read_quietly(),
+                                                name="tether-routes-refresh")
+        return routes
+
+    async def _read_quietly(self) -> Routes:
+        try:
+            return await self.read_routes()
+        except Exception as exc:  # keep routing by the last table; the next start retries
+            log.warning("reading the deployment weights failed (%s); routing by the last "
+                        "table read", exc)
+            self._read_at = 0.0
+            return self._routes or Routes()
 
     async def read_routes(self) -> Routes:
-        self._routes = await load_routes(self.store)
+        self._routes = routes = await load_routes(self.store)
         self._read_at = time.monotonic()
-        return self._routes
+        return routes
+
+    def close(self) -> None:
+        """Stop a background refresh (the runtime is closing)."""
+        for task in (self._refresh, self._first):
+            if task is not None and not task.done():
+                task.cancel()
+        self._refresh = self._first = None
 
     async def workers(self) -> list[WorkerInfo]:
         return await workers(self.store)

@@ -241,6 +241,7 @@ class Runtime:
 
     async def close(self) -> None:
         self.hub.close()
+        self._deploys.close()
         if self._opened:
             self._opened = False
             await self.store.close()
