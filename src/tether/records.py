@@ -37,8 +37,11 @@ def iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
 
 
-def to_run(rec: RunRecord, state: dict[str, Any] | None) -> Run:
+def to_run(rec: RunRecord, state: dict[str, Any] | None, *, created: bool = False,
+           inbox_depth: int | None = None) -> Run:
     return Run(
+        created=created,
+        inbox_depth=inbox_depth,
         thread_id=rec.thread_id,
         agent=rec.agent,
         status=RunStatus(rec.status),

@@ -214,6 +214,7 @@ class Runtime:
                         raise SchemaError(f"{exc} (the database URL came from "
                                           f"{self.settings.source('db')})") from None
                     self._opened = True
+                    await self._deploys.current_routes()  # read now, not in a burst of starts
         return self
 
     async def migrate(self) -> list[int]:
@@ -284,13 +285,10 @@ class Runtime:
                           "idempotency_key": idempotency_key})
         rec, created = await starting.create(self.store, new, self._workers, self.version,
                                              self.settings.lease_ttl, audit)
-        if rec.step == 0:
-            run = to_run(rec, serde.loads(rec.input))
-        else:
-            run = await self._with_state(rec)
         # A new run has no mail yet; an existing one is read as get() reads it.
         depth = 0 if created else await self.store.inbox_depth(rec.thread_id)
-        return dataclasses.replace(run, created=created, inbox_depth=depth)
+        state = serde.loads(rec.input) if rec.step == 0 else (await load_state(self.store, rec))[0]
+        return to_run(rec, state, created=created, inbox_depth=depth)  # (replace() costs 28 us)
 
     async def get(self, thread_id: str) -> Run:
         """The run with its current state, inbox depth and actor state."""
