@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "apps"))
 
 import test_dashboard as dash
 from http_harness import Procs, Server, wait_until
-from test_dashboard import APP, error_banner, wait_status
+from test_dashboard import APP, error_banner, start, wait_status
 
 # The browser, its context, the processes and a server of one version: test_dashboard's.
 browser, context, procs, server = dash.browser, dash.context, dash.procs, dash.server
@@ -46,6 +46,84 @@ def two_versions(procs: Procs, monkeypatch: pytest.MonkeyPatch) -> Server:
         wait_until(lambda: {w["version"] for w in c.get("/workers").json()["workers"]
                             if w["alive"]} == {"v1", "v2"}, 30, "a live worker of each version")
     return s
+
+
+def test_route_then_drain_a_version_and_watch_its_state(two_versions: Server,
+                                                        context: BrowserContext) -> None:
+    server = two_versions
+    with server.client() as c:
+        tid = start(c, "approval", {"item": "on v1"})  # no weights yet: the server's v1
+        wait_status(c, tid, "waiting")
+        watcher = context.new_page()  # a second tab, left open on the deployments page
+        watcher.goto(f"{server.base_url}/ui/deployments")
+        expect(watcher.locator("body[data-live=connected]")).to_be_attached()
+        watcher.evaluate("window.__notReloaded = true")
+
+        page = context.new_page()
+        page.goto(f"{server.base_url}/ui/deployments")
+        expect(row(page, "v1").locator("[data-field=state]")).to_have_text("active")
+        expect(row(page, "v2").locator("td.num").nth(1)).to_have_text("1")  # live workers
+        form = page.get_by_role("form", name="Routing weights")
+        form.get_by_label("v1").fill("50")
+        form.get_by_label("v2").fill("50")
+        form.get_by_role("button", name="Save weights").click()
+        expect(page.locator(".notice")).to_have_text("Weights saved: new runs are routed by "
+                                                     "them.")
+        expect(row(page, "v1").locator("[data-field=weight]")).to_have_text("50")
+        expect(row(page, "v2").locator("[data-field=weight]")).to_have_text("50")
+        assert (deployment(c, "v1")["weight"], deployment(c, "v2")["weight"]) == (50, 50)
+
+        row(page, "v1").get_by_role("button", name="Drain v1").click()
+        expect(page.locator(".notice")).to_contain_text("Draining")
+        # Its waiting run keeps it draining: it finishes on v1.
+        expect(row(page, "v1").locator("[data-field=state]")).to_have_text("draining")
+        expect(row(page, "v1").locator("[data-field=weight]")).to_have_text("0")
+        expect(row(page, "v1").get_by_role("button", name="Drain v1")).to_have_count(0)
+        expect(row(watcher, "v1").locator("[data-field=state]")).to_have_text("draining")
+
+        r = c.post(f"/runs/{tid}/resume", json={"value": True})
+        assert r.status_code == 200, r.text
+        assert wait_status(c, tid, "completed")["version"] == "v1"
+        # The other tab sees v1 drained without a reload.
+        expect(row(watcher, "v1").locator("[data-field=state]")).to_have_text("drained")
+        assert watcher.evaluate("window.__notReloaded") is True
+        assert deployment(c, "v1")["state"] == "drained"
+
+        events = c.get("/audit").json()["events"]
+        assert [(e["action"], e["actor"]) for e in events if e["action"] in ("route", "drain")
+                ] == [("drain", "dashboard"), ("route", "dashboard")]
+
+
+def test_bad_weights_are_refused_and_change_nothing(two_versions: Server,
+                                                    context: BrowserContext) -> None:
+    server = two_versions
+    with server.client() as c:
+        before = c.get("/deployments").json()
+        page = context.new_page()
+        page.goto(f"{server.base_url}/ui/deployments")
+        form = page.get_by_role("form", name="Routing weights")
+        for v1, v2, message in (("-5", "10", "The weight of 'v1' must be a whole number"),
+                                ("1.5", "10", "The weight of 'v1' must be a whole number"),
+                                ("ten", "10", "The weight of 'v1' must be a whole number"),
+                                ("0", "0", "The weights sum to 0")):
+            form.get_by_label("v1").fill(v1)
+            form.get_by_label("v2").fill(v2)
+            form.get_by_role("button", name="Save weights").click()
+            expect(error_banner(page)).to_contain_text(message)
+            expect(error_banner(page)).to_contain_text("Nothing was changed.")
+            expect(form.get_by_label("v1")).to_have_value(v1)  # what was typed stays
+        # A version no worker ever registered (a hand-edited form).
+        form.get_by_label("v1").fill("10")
+        form.get_by_label("v2").evaluate("el => el.name = 'weight:v9'")
+        form.get_by_role("button", name="Save weights").click()
+        expect(error_banner(page)).to_contain_text("unknown version 'v9'")
+        # Draining the only version that would take new runs: the runtime refuses.
+        assert c.put("/deployments", json={"weights": {"v1": 0, "v2": 10}}).status_code == 200
+        before = c.get("/deployments").json()
+        page.goto(f"{server.base_url}/ui/deployments")
+        row(page, "v2").get_by_role("button", name="Drain v2").click()
+        expect(error_banner(page)).to_contain_text("would leave no version for new runs")
+        assert c.get("/deployments").json() == before
 
 
 def test_workers_are_listed_with_their_slots_and_heartbeat(two_versions: Server,

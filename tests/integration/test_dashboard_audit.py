@@ -109,13 +109,17 @@ async def test_each_dashboard_action_is_audited_with_its_actor(
             await ui.post(f"/ui/runs/{done.thread_id}/fork", step="1")
             await ui.post("/ui/effects/retry", key="relay-1", thread_id=mailed.thread_id)
             await ui.post(f"/ui/runs/{failed.thread_id}/retry")
+            await ui.post("/ui/deployments/route", **{"weight:v1": "30", "weight:v2": "70"})
+            await ui.post("/ui/deployments/drain", version="v1")
 
         events = await rt.audit(limit=100)
         got = {(e.action, e.thread_id) for e in events if e.actor == actor}
         assert got >= {("cancel", queued.thread_id), ("resume", asked.thread_id),
                        ("fork", done.thread_id), ("effect.retry", mailed.thread_id),
                        ("retry", failed.thread_id)}, got
+        assert {e.action for e in events if e.actor == actor} >= {"route", "drain"}
         assert {e.actor for e in events} == {actor}  # every action here was the dashboard's
+        assert [d.weight for d in await rt.deployments() if d.version in ("v1", "v2")] == [0, 70]
 
 
 async def _dead(rt: Runtime, thread_id: str) -> bool:

@@ -24,6 +24,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
 from ..errors import (
+    DefinitionError,
     InvalidState,
     ResumeConflict,
     RunNotFound,
@@ -33,7 +34,7 @@ from ..errors import (
 from ..runtime import Runtime
 from .dashboard_auth import COOKIE, SESSION_TTL, UiAuth
 from .dashboard_data import Views
-from .dashboard_input import Refused, RunFilter, check_id
+from .dashboard_input import Refused, RunFilter, check_id, parse_weights
 from .dashboard_live import LiveHub
 from .dashboard_render import environment, render, state_diff
 from .events import encode
@@ -462,6 +463,28 @@ def dashboard_router(
         where = f"/ui/runs/{quote(tid, safe='')}" if fields.get("back") == "run" else "/ui/effects"
         return done(request, where, "retried")
 
+    async def do_route(request: Request, fields: dict[str, str]) -> Response:
+        weights = parse_weights(fields)
+        try:
+            await runtime.route(weights, actor=actor)
+        except (DefinitionError, InvalidState) as exc:
+            raise Refused(409 if isinstance(exc, InvalidState) else 400,
+                          f"{exc}. Nothing was changed.") from None
+        record(request, "route", weights=weights)
+        return done(request, "/ui/deployments", "routed")
+
+    async def do_drain(request: Request, fields: dict[str, str]) -> Response:
+        version = check_id(fields.get("version"), "Version")
+        try:
+            await runtime.drain(version, actor=actor)
+        except (DefinitionError, InvalidState) as exc:
+            raise Refused(409 if isinstance(exc, InvalidState) else 400,
+                          f"{exc}. Nothing was changed.") from None
+        record(request, "drain", version=version)
+        return done(request, "/ui/deployments", "drained")
+
+    router.add_api_route("/ui/deployments/route", action(do_route, back_to), methods=["POST"])
+    router.add_api_route("/ui/deployments/drain", action(do_drain, back_to), methods=["POST"])
     router.add_api_route("/ui/runs/{thread_id:path}/cancel", action(do_cancel, back_to_run),
                          methods=["POST"])
     router.add_api_route("/ui/runs/{thread_id:path}/fork", action(do_fork, back_to_run),
