@@ -1,0 +1,221 @@
+"""The dashboard on a big store: server time of its pages, p50 and p95 (issue 21).
+
+    python -m bench.dashboard                         # both stores, full scale
+    python -m bench.dashboard --backend postgres --scale 0.1
+
+Fills a fresh database in SQL (generate_series on Postgres, a recursive CTE on SQLite):
+1,000,000 runs with 10 checkpoints each (10,000,000) on Postgres, 100,000 runs with 10 each
+(1,000,000) on SQLite, times --scale, vacuumed and analyzed; 2% of runs failed, versions v1/v2, five agents, one run
+in 1,000 waiting on a pending interrupt, one in 10 with an answered one. Then a real worker
+runs one run of 1,000 steps. Each page is served by the real app (create_app, in process, no
+network) N times after a warm-up; the time is the request's, as the server spends it.
+Reference, in the same run: the same pages on a store of 1,000 runs (the `ratio` column).
+Goals: runs list, a filtered list and the inbox < 100 ms p95; the 1,000-step run < 200 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from typing import Any
+
+import httpx
+
+import tether
+from tether.bench.common import bench_db
+from tether.service.api import create_app
+
+STEPS = 10
+
+
+def fill_sql(dialect: str, runs: int, now: float) -> list[str]:
+    """Runs r00000000.. created one a second up to `now`, with their checkpoints and
+    interrupts (the state of a checkpoint here is an empty delta)."""
+    status = ("CASE WHEN i % 1000 = 7 THEN 'waiting' WHEN i % 50 = 0 THEN 'failed' "
+              "ELSE 'completed' END")
+    cols = ("thread_id, agent, version, status, node, step, input, input_hash, waiting_for, "
+            "error, created_at, updated_at")
+    if dialect == "postgres":
+        tid = "'r' || lpad(i::text, 8, '0')"
+        gen = f"generate_series(0, {runs - 1}) AS i"
+        return [
+            f"INSERT INTO runs ({cols}) SELECT {tid}, 'a' || (i % 5), 'v' || (1 + i % 2), "
+            f"{status}, CASE WHEN i % 1000 = 7 THEN 'ask' END, {STEPS}, '\\x7b7d'::bytea, 'h', "
+            f"CASE WHEN i % 1000 = 7 THEN 'interrupt' END, CASE WHEN i % 50 = 0 AND i % 1000 "
+            f"<> 7 THEN convert_to('{{\"category\":\"exception\",\"type\":\"E\","
+            f"\"message\":\"boom\"}}', 'UTF8') END, {now} - {runs} + i, {now} - {runs} + i "
+            f"+ 5 FROM {gen}",
+            f"INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, "
+            f"attempt, started_at, finished_at) SELECT {tid}, s, 'n', CASE WHEN s < {STEPS} "
+            f"THEN 'n' END, CASE WHEN s = 1 THEN 's' ELSE 'd' END, CASE WHEN s = 1 THEN "
+            f"'\\x7b7d'::bytea ELSE '\\x7b2273223a7b7d7d'::bytea END, 'w', 1, "
+            f"{now} - {runs} + i, {now} - {runs} + i + 0.1 FROM {gen}, "
+            f"generate_series(1, {STEPS}) AS s",
+            f"INSERT INTO interrupts (thread_id, step, idx, id, payload, value, status, "
+            f"created_at, resolved_at) SELECT {tid}, {STEPS} + 1, 0, 'i' || i, "
+            f"'\\x7b7d'::bytea, CASE WHEN i % 1000 = 7 THEN NULL ELSE '\\x74727565'::bytea END,"
+            f" CASE WHEN i % 1000 = 7 THEN 'pending' ELSE 'resolved' END, {now} - {runs} + i, "
+            f"CASE WHEN i % 1000 = 7 THEN NULL ELSE {now} END FROM {gen} "
+            f"WHERE i % 1000 = 7 OR i % 10 = 3",
+            # A settled store: without it, autovacuum's first pass over 10,000,000 fresh
+            # checkpoints runs during the measurement, on the same two cores.
+            "VACUUM ANALYZE",
+        ]
+    seq = f"WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {runs - 1})"
+    st = f"s(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM s WHERE k < {STEPS})"
+    tid = "'r' || substr('00000000' || i, -8, 8)"
+    return [
+        f"{seq} INSERT INTO runs ({cols}) SELECT {tid}, 'a' || (i % 5), 'v' || (1 + i % 2), "
+        f"{status}, CASE WHEN i % 1000 = 7 THEN 'ask' END, {STEPS}, x'7b7d', 'h', "
+        f"CASE WHEN i % 1000 = 7 THEN 'interrupt' END, CASE WHEN i % 50 = 0 AND i % 1000 <> 7 "
+        f"THEN CAST('{{\"category\":\"exception\",\"type\":\"E\",\"message\":\"boom\"}}' AS "
+        f"BLOB) END, {now} - {runs} + i, {now} - {runs} + i + 5 FROM n",
+        f"{seq}, {st} INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, "
+        f"worker, attempt, started_at, finished_at) SELECT {tid}, k, 'n', CASE WHEN k < {STEPS}"
+        f" THEN 'n' END, CASE WHEN k = 1 THEN 's' ELSE 'd' END, CASE WHEN k = 1 THEN x'7b7d' "
+        f"ELSE x'7b2273223a7b7d7d' END, 'w', 1, {now} - {runs} + i, {now} - {runs} + i + 0.1 "
+        f"FROM n, s",
+        f"{seq} INSERT INTO interrupts (thread_id, step, idx, id, payload, value, status, "
+        f"created_at, resolved_at) SELECT {tid}, {STEPS} + 1, 0, 'i' || i, x'7b7d', CASE WHEN "
+        f"i % 1000 = 7 THEN NULL ELSE x'74727565' END, CASE WHEN i % 1000 = 7 THEN 'pending' "
+        f"ELSE 'resolved' END, {now} - {runs} + i, CASE WHEN i % 1000 = 7 THEN NULL ELSE "
+        f"{now} END FROM n WHERE i % 1000 = 7 OR i % 10 = 3",
+        "ANALYZE",
+    ]
+
+
+async def fill(url: str, runs: int) -> float:
+    t0 = time.perf_counter()
+    now = time.time()
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+        try:
+            for q in fill_sql("sqlite", runs, now):
+                conn.execute(q)
+            conn.commit()
+        finally:
+            conn.close()
+    else:
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            for q in fill_sql("postgres", runs, now):
+                await conn.execute(q.encode())
+    return time.perf_counter() - t0
+
+
+def long_agent() -> tether.Agent:
+    agent = tether.Agent("long")
+
+    @agent.node(start=True)
+    async def tick(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
+        n = int(state.get("n", 0)) + 1
+        update = {"n": n, "seen": tether.append([n]), "last": {"step": ctx.step}}
+        return tether.finish(update) if n >= 1000 else tether.goto("tick", update)
+
+    return agent
+
+
+async def long_run(rt: tether.Runtime) -> str:
+    stop = asyncio.Event()
+    worker = asyncio.create_task(rt.work(concurrency=4, stop=stop))
+    try:
+        run = await rt.start("long", {}, thread_id="long-run")
+        done = await rt.wait(run.thread_id, timeout=600)
+        assert done.step == 1000, done.step
+    finally:
+        stop.set()
+        await worker
+    return run.thread_id
+
+
+def pages(long_id: str) -> dict[str, str]:
+    return {
+        "runs list": "/ui/runs",
+        "filtered: failed on v1 (2%)": "/ui/runs?status=failed&version=v1",
+        "filtered: failed on v2 (none)": "/ui/runs?status=failed&version=v2",
+        "filtered: agent, created range": "/ui/runs?agent=a3&since=2000-01-01&until=2999-01-01",
+        "filtered: thread_id prefix": "/ui/runs?prefix=r0001234",
+        "runs list, oldest first": "/ui/runs?order=oldest",
+        "runs list, latest updated": "/ui/runs?order=updated",
+        "inbox": "/ui/interrupts",
+        "run of 1,000 steps": f"/ui/runs/{long_id}",
+    }
+
+
+GOALS = {"run of 1,000 steps": 200.0}
+
+
+async def measure(url: str, n: int) -> dict[str, tuple[float, float]]:
+    rt = tether.Runtime(url, agents=[long_agent()], version="v1")
+    try:
+        long_id = await long_run(rt)
+        app = create_app(rt)
+        out: dict[str, tuple[float, float]] = {}
+        async with app.router.lifespan_context(app), httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as c:
+            for name, path in pages(long_id).items():
+                times = []
+                for i in range(n + 3):
+                    t0 = time.perf_counter()
+                    r = await c.get(path)
+                    took = (time.perf_counter() - t0) * 1000
+                    assert r.status_code == 200, (path, r.status_code, r.text[-300:])
+                    if i >= 3:  # warm-up: first reads of the cache, connection pool
+                        times.append(took)
+                times.sort()
+                out[name] = (statistics.median(times), times[int(0.95 * (len(times) - 1))])
+        return out
+    finally:
+        await rt.close()
+
+
+async def one(backend: str, runs: int, n: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    results = {}
+    for label, size in (("reference", 1000), ("big", runs)):
+        async with bench_db(backend) as url:
+            await tether.Runtime(url).migrate()
+            fill_s = await fill(url, size)
+            print(f"# {backend}: {size:,} runs, {size * STEPS:,} checkpoints filled in "
+                  f"{fill_s:.1f} s", flush=True)
+            results[label] = await measure(url, n)
+    for name, (p50, p95) in results["big"].items():
+        ref95 = results["reference"][name][1]
+        goal = GOALS.get(name, 100.0)
+        rows.append({"backend": backend, "page": name, "runs": runs, "p50_ms": p50,
+                     "p95_ms": p95, "ref_p95_ms": ref95, "ratio": p95 / ref95, "goal_ms": goal,
+                     "ok": p95 < goal})
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="fraction of the full size (1,000,000 runs on Postgres, 100,000 on "
+                        "SQLite, 10 checkpoints each)")
+    p.add_argument("--requests", type=int, default=40, help="timed requests per page")
+    a = p.parse_args()
+    if not 0 < a.scale <= 10 or a.requests < 2:
+        p.error("--scale must be in (0, 10] and --requests at least 2")
+    rows: list[dict[str, Any]] = []
+    for backend in (["sqlite", "postgres"] if a.backend == "both" else [a.backend]):
+        full = 1_000_000 if backend == "postgres" else 100_000
+        rows += asyncio.run(one(backend, max(1000, int(full * a.scale)), a.requests))
+    print("\n| store | runs | checkpoints | page | p50 ms | p95 ms | goal | "
+          "p95 on 1,000 runs | ratio |")
+    print("|---|---:|---:|---|---:|---:|---|---:|---:|")
+    for r in rows:
+        print(f"| {r['backend']} | {r['runs']:,} | {r['runs'] * STEPS:,} | {r['page']} | "
+              f"{r['p50_ms']:.1f} | {r['p95_ms']:.1f} | "
+              f"{'<' if r['ok'] else 'NOT <'} {r['goal_ms']:.0f} | {r['ref_p95_ms']:.1f} | "
+              f"{r['ratio']:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
