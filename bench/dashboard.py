@@ -5,8 +5,9 @@
 
 Fills a fresh database in SQL (generate_series on Postgres, a recursive CTE on SQLite):
 1,000,000 runs with 10 checkpoints each (10,000,000) on Postgres, 100,000 runs with 10 each
-(1,000,000) on SQLite, times --scale, vacuumed and analyzed; 2% of runs failed, versions v1/v2, five agents, one run
-in 1,000 waiting on a pending interrupt, one in 10 with an answered one. Then a real worker
+(1,000,000) on SQLite, times --scale, then vacuumed and analyzed; 2% of runs failed,
+versions v1/v2, five agents, one run in 1,000 waiting on a pending interrupt, one in 10 with
+an answered one. Then a real worker
 runs one run of 1,000 steps. Each page is served by the real app (create_app, in process, no
 network) N times after a warm-up; the time is the request's, as the server spends it.
 Reference, in the same run: the same pages on a store of 1,000 runs (the `ratio` column).
