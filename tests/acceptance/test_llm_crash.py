@@ -105,7 +105,7 @@ async def test_killed_mid_stream_the_step_calls_again(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("api", ["openai"])
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
 async def test_killed_after_the_stream_was_journaled_the_step_does_not_call_again(
         api: str, fake: FakeLLM, procs: Procs, rt: tether.Runtime) -> None:
     fake.script(Reply(text=STORY))

@@ -13,6 +13,12 @@ import asyncio
 import os
 from typing import Any
 
+# Both SDKs imported with the app, before the worker takes runs: an import inside a step
+# blocks the event loop for seconds on a busy machine, longer than the tests' 2 s lease TTL,
+# so another worker would take the run over before its first attempt made the call.
+import anthropic
+import openai
+
 import tether
 
 agent = tether.Agent("llm", retry=tether.RetryPolicy(attempts=5, initial=0.05))
@@ -28,18 +34,13 @@ async def hold(attempt: int, seconds: float) -> int:
 @agent.node(start=True)
 async def ask(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
     url = os.environ["FAKE_LLM_URL"]
-    # Imported here: each SDK takes seconds to import on a busy machine, and a run uses one.
     if state["api"] == "openai":
-        import openai
-
         async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0) as oa:
             answer: Any = await ctx.stream_call(
                 oa.chat.completions.create, model="m", messages=ASK, stream=True,
                 stream_options={"include_usage": True})
         text = answer.choices[0].message.content
     else:
-        import anthropic
-
         async with anthropic.AsyncAnthropic(base_url=url, api_key="k", max_retries=0) as an:
             answer = await ctx.stream_call(an.messages.create, model="m", max_tokens=256,
                                            messages=ASK, stream=True)
