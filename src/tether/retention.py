@@ -48,6 +48,11 @@ BATCH = {"sqlite": 200, "postgres": 1000}
 PACE = {"sqlite": 1.0, "postgres": 0.25}
 """After each batch the pruner rests this many times the batch's duration, so workers sharing
 the database keep most of it (SQLite: its one writer; Postgres: the disk and CPU)."""
+RECLAIM_PAGES = 256
+"""Pages a first give-back write returns to the file system (SQLite); later ones are sized so
+each takes about RECLAIM_SECONDS, within RECLAIM_RANGE."""
+RECLAIM_SECONDS = 0.02
+RECLAIM_RANGE = (32, 4096)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 Age = float | int | str | timedelta
@@ -134,6 +139,12 @@ class Report:
     compacted_runs: int = 0
     compacted_rows: int = 0
     seconds: float = 0.0
+    freed_bytes: int = 0
+    """Bytes given back to the file system (SQLite in incremental auto-vacuum mode)."""
+    free_bytes: int | None = None
+    """Bytes still free inside the database after the prune (reused by new rows)."""
+    vacuum_needed: bool = False
+    """A SQLite file created without incremental auto-vacuum: only a VACUUM shrinks it."""
     db_bytes_before: int | None = None
     db_bytes_after: int | None = None
 
@@ -144,6 +155,8 @@ class Report:
                                 for (s, a), n in sorted(self.by.items())],
             "bytes": self.bytes, "compacted_runs": self.compacted_runs,
             "compacted_rows": self.compacted_rows, "seconds": round(self.seconds, 3),
+            "freed_bytes": self.freed_bytes, "free_bytes": self.free_bytes,
+            "vacuum_needed": self.vacuum_needed,
             "rows_per_s": round(self.rows / self.seconds, 1) if self.seconds else None,
             "db_bytes_before": self.db_bytes_before, "db_bytes_after": self.db_bytes_after,
         }
@@ -205,6 +218,7 @@ async def prune(store: Store, policy: Policy, *, lock_ttl: float, dry_run: bool 
                 await asyncio.sleep((time.monotonic() - t0) * pace)
         if policy.keep_steps is not None:
             await _compact(store, policy, report, owner, lock_ttl, progress)
+        await _give_back(store, report, owner, lock_ttl, progress)
     finally:
         await ops.drop_lock(LOCK, owner)
     report.seconds = time.monotonic() - started
@@ -240,6 +254,34 @@ async def _compact(store: Store, policy: Policy, report: Report, owner: str, loc
         if progress is not None:
             progress(report)
         await ops.take_lock(LOCK, owner, lock_ttl)
+
+
+async def _give_back(store: Store, report: Report, owner: str, lock_ttl: float,
+                     progress: Progress | None) -> None:
+    """Return the free pages to the file system in short writes, resting between them as
+    between batches, so no write holds workers' commits up for long. What a killed pruner
+    left free is given back by the next prune."""
+    ops, pages = store.retention, RECLAIM_PAGES
+    pace = PACE.get(store.dialect, 0.5)
+    low, high = RECLAIM_RANGE
+    while True:
+        t0 = time.monotonic()
+        space = await ops.reclaim(pages)
+        if space is None:
+            return
+        took = time.monotonic() - t0
+        report.freed_bytes += space.freed
+        report.free_bytes = space.free
+        report.vacuum_needed = not space.gives_back and space.free > 0
+        if not space.freed or not space.free:
+            return
+        if progress is not None:
+            progress(report)
+        if not await ops.take_lock(LOCK, owner, lock_ttl):
+            return
+        # toward RECLAIM_SECONDS a write, growing at most twofold (a write's time is noisy)
+        pages = max(low, min(high, int(pages * min(2.0, RECLAIM_SECONDS / max(took, 1e-3)))))
+        await asyncio.sleep(took * pace)
 
 
 def standing(policy: Policy | Mapping[str, Any] | None) -> Policy | None:

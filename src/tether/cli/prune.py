@@ -106,5 +106,10 @@ def _print(report: Report) -> None:
             table.add_row(status, agent, f"{n:,}")
         c.print(table)
     if report.db_bytes_before is not None and report.db_bytes_after is not None:
-        c.print(f"database: {report.db_bytes_before:,} -> {report.db_bytes_after:,} bytes "
-                "(SQLite reuses freed pages; see docs/retention.md on VACUUM)")
+        c.print(f"database: {report.db_bytes_before:,} -> {report.db_bytes_after:,} bytes"
+                + (f" ({report.freed_bytes:,} given back to the file system)"
+                   if report.freed_bytes else ""))
+    if report.vacuum_needed:
+        c.print(f"{report.free_bytes or 0:,} bytes are free inside the file (reused by new "
+                "rows): it was made without incremental auto-vacuum; one VACUUM converts it "
+                "(docs/retention.md)")

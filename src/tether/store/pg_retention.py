@@ -11,7 +11,7 @@ from typing import Any
 
 from .audit import Audit
 from .pg_conn import BEGIN, Conn, PgConnections
-from .retention_types import PRUNE_TABLES, Cutoffs, Pruned, Tombstone
+from .retention_types import PRUNE_TABLES, Cutoffs, Pruned, Space, Tombstone
 
 
 class PgRetention:
@@ -65,6 +65,9 @@ class PgRetention:
     async def get_tombstone(self, thread_id: str) -> Tombstone | None:
         rows = await self._rows("get_tombstone", {"thread_id": thread_id})
         return Tombstone(*rows[0]) if rows else None
+
+    async def reclaim(self, pages: int) -> Space | None:
+        return None  # autovacuum makes dead rows' space reusable (docs/retention.md: tuning)
 
     async def long_logs(self, keep: int, after: str, limit: int) -> list[str]:
         rows = await self._rows("long_logs", {"keep": keep, "after": after, "limit": limit})

@@ -47,6 +47,17 @@ class Pruned:
     rows: int
 
 
+@dataclass(frozen=True, slots=True)
+class Space:
+    """One step of giving free space back: `freed` bytes went back to the file system,
+    `free` bytes are still free inside the database (reused by new rows); `gives_back` is
+    False for a SQLite file created without incremental auto-vacuum (until a VACUUM)."""
+
+    freed: int
+    free: int
+    gives_back: bool
+
+
 class Retention(Protocol):
     """What a store does for retention: the pruner's lock, finding and removing runs a policy
     covers, tombstones, and compacting long checkpoint logs. Each operation is one statement
@@ -74,6 +85,11 @@ class Retention(Protocol):
         count removed) if any was. All or nothing."""
 
     async def get_tombstone(self, thread_id: str) -> Tombstone | None: ...
+
+    async def reclaim(self, pages: int) -> Space | None:
+        """In one short write: give up to `pages` free pages of the database back to the
+        file system (SQLite in incremental auto-vacuum mode). None: the database does this
+        itself (Postgres: autovacuum)."""
 
     async def long_logs(self, keep: int, after: str, limit: int) -> list[str]:
         """Runs with more than `keep` committed steps, after `after` in thread_id order."""

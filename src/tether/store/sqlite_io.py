@@ -61,6 +61,7 @@ class Fenced:
 
 Item = tuple["Job | Fenced", "asyncio.Future[Any]"]
 _SYNC_MODES = {"OFF", "NORMAL", "FULL", "EXTRA"}
+_AUTO_VACUUM = {"INCREMENTAL", "NONE"}
 _MAX_BATCH = 2048
 # A group commit with fewer fenced writes stays on the loop thread: handing it over costs
 # more latency (about 0.2 ms) than the SQLite work it moves (W1 commits one write at a time;
@@ -383,6 +384,11 @@ class SQLiteConnections:
         if sync not in _SYNC_MODES:
             raise ConfigError(f"synchronous must be one of {sorted(_SYNC_MODES)}, got {sync!r}")
         self.synchronous = sync
+        auto_vacuum = opts.get("auto_vacuum", "INCREMENTAL").upper()
+        if auto_vacuum not in _AUTO_VACUUM:
+            raise ConfigError(f"auto_vacuum must be one of {sorted(_AUTO_VACUUM)}, "
+                              f"got {auto_vacuum!r}")
+        self.auto_vacuum = auto_vacuum
         self.busy_timeout = busy_timeout
         self.memory = self.path == ":memory:"
         self._open: _Open | None = None
@@ -422,9 +428,15 @@ class SQLiteConnections:
                 raise StoreUnavailable(
                     f"cannot open {self.url}: directory {parent!r} does not exist"
                 )
+        # A database's auto-vacuum mode is fixed when its first page is written (here: by
+        # journal_mode=WAL on a new file); only a VACUUM changes it later (docs/retention.md).
+        new = not self.memory and (not os.path.exists(self.path)
+                                   or os.path.getsize(self.path) == 0)
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout,
                                    check_same_thread=False)
+            if new:
+                conn.execute(f"PRAGMA auto_vacuum={self.auto_vacuum}")
             if not self.memory:
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")

@@ -14,9 +14,10 @@ from typing import Any
 import orjson
 
 from .audit import Audit
-from .retention_types import PRUNE_TABLES, Cutoffs, Pruned, Tombstone
+from .retention_types import PRUNE_TABLES, Cutoffs, Pruned, Space, Tombstone
 
 Job = Callable[[sqlite3.Connection], Any]
+_INCREMENTAL = 2  # PRAGMA auto_vacuum's value for incremental mode
 
 
 class SQLiteRetention:
@@ -73,6 +74,23 @@ class SQLiteRetention:
     async def get_tombstone(self, thread_id: str) -> Tombstone | None:
         rows = await self._rows("get_tombstone", {"thread_id": thread_id})
         return Tombstone(*rows[0]) if rows else None
+
+    async def reclaim(self, pages: int) -> Space:
+        q = self._q
+
+        def job(c: sqlite3.Connection) -> Space:
+            free, size, mode = c.execute(q["free_pages"]).fetchone()
+            if mode != _INCREMENTAL or not free:
+                return Space(0, free * size, mode == _INCREMENTAL)
+            # One page per statement: the sqlite3 module steps a statement without result
+            # columns once, and incremental_vacuum(N) gives one page back per step.
+            for _ in range(min(pages, free)):
+                c.execute(q["incremental_vacuum"]).fetchall()
+            left = c.execute(q["free_pages"]).fetchone()[0]
+            return Space((free - left) * size, left * size, True)
+
+        space: Space = await self._write(job)
+        return space
 
     async def long_logs(self, keep: int, after: str, limit: int) -> list[str]:
         rows = await self._rows("long_logs", {"keep": keep, "after": after, "limit": limit})

@@ -88,6 +88,15 @@ DELETE FROM runs WHERE thread_id IN (SELECT value FROM json_each(:ids));
 SELECT thread_id, agent, status, finished_at, pruned_at FROM tombstones
 WHERE thread_id = :thread_id;
 
+-- name: free_pages
+-- The pages free inside the file, their size, and the auto-vacuum mode (2 = incremental).
+SELECT freelist_count, page_size, auto_vacuum
+FROM pragma_freelist_count(), pragma_page_size(), pragma_auto_vacuum();
+
+-- name: incremental_vacuum
+-- Gives one free page back to the file system (in incremental auto-vacuum mode; see reclaim).
+PRAGMA incremental_vacuum(1);
+
 -- name: long_logs
 -- Runs with more than :keep checkpoints, after :after in thread_id order (compaction).
 SELECT thread_id FROM runs WHERE thread_id > :after AND step > :keep
