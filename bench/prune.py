@@ -3,87 +3,110 @@
     python -m bench.prune --backend postgres --runs 1000000
     python -m bench.prune --backend sqlite --runs 100000
 
-Fills a fresh database in SQL (runs finished 40 days ago, 10 checkpoints and 10 journal rows
-each: 21 rows a run), then `tether prune --completed 30d`: rows/s. Then W2 at 1,000 runs alone
-and again while a prune of a second filled set runs against the same database, and prints the
-ratio. Goals (issue 19): >= 50,000 rows/s on Postgres; W2 beside a prune within 10%.
+Fills a fresh database in set-based SQL, in chunks, with rows shaped as a real run of STEPS
+steps writes them (one run row, a checkpoint and a journal entry per step: 21 rows a run;
+tests/integration/test_bench_prune.py compares them with a real run's), finished 40 days
+ago; then `tether prune --completed 30d`: rows/s, and the database's bytes before and after
+(SQLite: the file and its WAL, with the runtime closed). Then W2 at 1,000 runs, alternately
+alone and while a `tether prune` process works through a second filled set, ROUNDS times
+each: W2 beside a prune over W2 alone (the median of each side). Goals (issue 19):
+>= 50,000 rows/s on Postgres; W2 beside a prune within 10% of W2 alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
+import hashlib
 import json
+import os
+import signal
+import statistics
+import sys
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import tether
-from tether.bench.common import bench_db
+from tether.bench.common import bench_db, pg_bytes, sqlite_bytes, sqlite_path
 
 DAY = 86400.0
+CHUNK = 100_000
+"""Runs per set-based fill statement (one transaction each)."""
+STEP_S = 0.01
+"""Seconds between a filled run's steps (its times look like a run's, not all equal)."""
 
 
-def fill_sql(dialect: str, first: int, runs: int, steps: int) -> list[str]:
-    old = time.time() - 40 * DAY
-    if dialect == "postgres":
-        gen = f"generate_series({first}, {first + runs - 1})"
-        return [
-            f"INSERT INTO runs (thread_id, agent, version, status, step, input, input_hash, "
-            f"created_at, updated_at) SELECT 'p' || lpad(i::text, 8, '0'), 'a', 'v1', "
-            f"'completed', {steps}, '\\x7b7d'::bytea, 'h', {old}, {old} FROM {gen} AS i",
-            f"INSERT INTO checkpoints (thread_id, step, node, kind, data, worker, attempt, "
-            f"started_at, finished_at) SELECT 'p' || lpad(i::text, 8, '0'), s, 'n', 'd', "
-            f"'\\x7b7d'::bytea, 'w', 1, {old}, {old} FROM {gen} AS i, "
-            f"generate_series(1, {steps}) AS s",
-            f"INSERT INTO journal (thread_id, step, idx, name, result) SELECT "
-            f"'p' || lpad(i::text, 8, '0'), s, 0, 'f', '\\x31'::bytea FROM {gen} AS i, "
-            f"generate_series(1, {steps}) AS s",
-            "ANALYZE",
-        ]
-    seq = (f"WITH RECURSIVE n(i) AS (SELECT {first} UNION ALL SELECT i + 1 FROM n "
-           f"WHERE i < {first + runs - 1})")
-    st = f"s(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM s WHERE k < {steps})"
-    tid = "'p' || substr('00000000' || i, -8, 8)"
+def fill_sql(dialect: str, first: int, runs: int, steps: int, old: float) -> list[str]:
+    """Statements that insert runs first..first+runs-1 as completed runs of `steps` steps with
+    one journaled call each, created at `old` (+1 ms per run). Shapes as a real run's rows:
+    a 32-hex thread_id (md5, so in no particular order), the input as bytes and its hash, epoch
+    1, each checkpoint a delta naming the next node (none after the last), one journal entry."""
+    pg = dialect == "postgres"
+    last = first + runs - 1
+    i_runs = f"generate_series({first}, {last}) AS i" if pg else "n"
+    i_steps = f"generate_series(1, {steps}) AS s" if pg else "st"
+    seq = "" if pg else (
+        f"WITH RECURSIVE n(i) AS (SELECT {first} UNION ALL SELECT i + 1 FROM n WHERE i < {last}),"
+        f" st(s) AS (SELECT 1 UNION ALL SELECT s + 1 FROM st WHERE s < {steps}) ")
+    blob = ("convert_to({}, 'UTF8')" if pg else "CAST({} AS BLOB)").format
+    tid = "md5('bench' || i)"
+    input_text = """'{"i":' || i || '}'"""
+    delta_text = """'{"s":{"k":' || s || '}}'"""
+    one = blob("'1'")
+    created = f"({old} + i * 0.001)"
     return [
-        f"{seq} INSERT INTO runs (thread_id, agent, version, status, step, input, input_hash, "
-        f"created_at, updated_at) SELECT {tid}, 'a', 'v1', 'completed', {steps}, x'7b7d', 'h', "
-        f"{old}, {old} FROM n",
-        f"{seq}, {st} INSERT INTO checkpoints (thread_id, step, node, kind, data, worker, "
-        f"attempt, started_at, finished_at) SELECT {tid}, k, 'n', 'd', x'7b7d', 'w', 1, {old}, "
-        f"{old} FROM n, s",
-        f"{seq}, {st} INSERT INTO journal (thread_id, step, idx, name, result) SELECT {tid}, "
-        f"k, 0, 'f', x'31' FROM n, s",
+        f"{seq}INSERT INTO runs (thread_id, agent, version, status, node, step, attempt, "
+        f"failures, input, input_hash, epoch, created_at, updated_at) "
+        f"SELECT {tid}, 'bench', 'v1', 'completed', NULL, {steps}, 0, 0, "
+        f"{blob(input_text)}, md5({input_text}), 1, {created}, {created} + {steps * STEP_S} "
+        f"FROM {i_runs}",
+        f"{seq}INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, "
+        f"attempt, started_at, finished_at) "
+        f"SELECT {tid}, s, 'step', CASE WHEN s < {steps} THEN 'step' END, 'd', "
+        f"{blob(delta_text)}, "
+        f"'bench-host:4242:a1b2c3', 1, {created} + (s - 1) * {STEP_S} + 0.001, "
+        f"{created} + s * {STEP_S} FROM {i_runs}, {i_steps}",
+        f"{seq}INSERT INTO journal (thread_id, step, idx, name, result) "
+        f"SELECT {tid}, s, 0, 'app.agent.step.<locals>.fetch', {one} "
+        f"FROM {i_runs}, {i_steps}",
     ]
 
 
+def _md5(text: str) -> str:
+    return hashlib.md5(text.encode()).hexdigest()
+
+
 async def fill(url: str, first: int, runs: int, steps: int) -> float:
+    """Fill runs first..first+runs-1 (see fill_sql) in chunks; seconds taken."""
     t0 = time.perf_counter()
-    if url.startswith("sqlite"):
+    old = time.time() - 40 * DAY
+    chunks = [(a, min(CHUNK, first + runs - a)) for a in range(first, first + runs, CHUNK)]
+    dialect = "sqlite" if url.startswith("sqlite") else "postgres"
+    if dialect == "sqlite":
         import sqlite3
 
-        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
-        for q in fill_sql("sqlite", first, runs, steps):
-            conn.execute(q)
-        conn.commit()
+        conn = sqlite3.connect(sqlite_path(url), isolation_level=None)
+        conn.create_function("md5", 1, _md5, deterministic=True)
+        for a, n in chunks:
+            conn.execute("BEGIN IMMEDIATE")
+            for q in fill_sql(dialect, a, n, steps, old):
+                conn.execute(q)
+            conn.execute("COMMIT")
         conn.close()
     else:
         import psycopg
 
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            for q in fill_sql("postgres", first, runs, steps):
-                await conn.execute(q.encode())
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as pg:
+            for a, n in chunks:
+                async with pg.transaction():
+                    for q in fill_sql(dialect, a, n, steps, old):
+                        await pg.execute(q.encode())
+            await pg.execute(b"VACUUM ANALYZE runs, checkpoints, journal")
     return time.perf_counter() - t0
 
 
-@contextlib.asynccontextmanager
-async def runtime(url: str, agents: list[tether.Agent]) -> AsyncIterator[tether.Runtime]:
-    rt = tether.Runtime(url, agents=agents, version="bench")
-    try:
-        yield rt
-    finally:
-        await rt.close()
+async def db_bytes(url: str) -> int:
+    return sqlite_bytes(sqlite_path(url)) if url.startswith("sqlite") else await pg_bytes(url)
 
 
 async def w2(url: str, runs: int, seed: int) -> float:
@@ -98,12 +121,10 @@ async def w2(url: str, runs: int, seed: int) -> float:
         k = state.get("k", 0) + 1
         return tether.finish({"k": k}) if k == 5 else tether.goto("step", {"k": k})
 
-    plans = []
-    for i in range(runs):
-        r = random.Random(i)
-        plans.append([r.uniform(0.05, 0.15) for _ in range(5)])
+    plans = [[random.Random(i).uniform(0.05, 0.15) for _ in range(5)] for i in range(runs)]
     ideal = max(sum(p) for p in plans)
-    async with runtime(url, [agent]) as rt:
+    rt = tether.Runtime(url, agents=[agent], version="bench")
+    try:
         stop = asyncio.Event()
         worker = asyncio.create_task(rt.work(concurrency=runs, stop=stop, tune=True))
         t0 = time.perf_counter()
@@ -112,40 +133,96 @@ async def w2(url: str, runs: int, seed: int) -> float:
         wall = time.perf_counter() - t0
         stop.set()
         await worker
+    finally:
+        await rt.close()
     return wall / ideal
 
 
-async def main(backend: str, runs: int, steps: int, w2_runs: int) -> list[dict[str, Any]]:
+def _tombstones(url: str) -> int:
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        conn = sqlite3.connect(sqlite_path(url))
+        try:
+            return int(conn.execute("SELECT count(*) FROM tombstones").fetchone()[0])
+        finally:
+            conn.close()
+    import psycopg
+
+    with psycopg.connect(url) as pg:
+        row = pg.execute(b"SELECT count(*) FROM tombstones").fetchone()
+        return int(row[0]) if row else 0
+
+
+async def w2_beside_prune(url: str, w2_runs: int, seed: int) -> tuple[float, bool]:
+    """W2 while a `tether prune` process removes runs of the second set: (wall / ideal,
+    whether the prune was still at work when W2 ended). The prune is stopped by SIGINT (it
+    drops its lease), so the next round's prune starts at once and goes on from there."""
+    env = {**os.environ, "TETHER_DB": ""}
+    before = await asyncio.to_thread(_tombstones, url)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tether", "prune", "--completed", "30d", "--db", url, "--json",
+        env=env, stdout=asyncio.subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while await asyncio.to_thread(_tombstones, url) <= before:  # the prune is at work
+            if proc.returncode is not None or time.monotonic() > deadline:
+                raise RuntimeError("the prune did not start removing runs")
+            await asyncio.sleep(0.05)
+        ratio = await w2(url, w2_runs, seed)
+        busy = proc.returncode is None
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGINT)
+        await asyncio.wait_for(proc.wait(), 60)
+    return ratio, busy
+
+
+async def main(backend: str, runs: int, steps: int, w2_runs: int, beside_runs: int,
+               rounds: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
 
     def result(metric: str, value: float, unit: str) -> None:
         row = {"system": "tether", "backend": backend, "workload": "P", "metric": metric,
-               "value": round(value, 3), "unit": unit}
+               "value": round(value, 4), "unit": unit}
         out.append(row)
         print(json.dumps(row), flush=True)
 
     async with bench_db(backend) as url:
         await tether.Runtime(url).migrate()
         result("fill_s", await fill(url, 0, runs, steps), "s")
-        async with runtime(url, []) as rt:
+        result("db_bytes_filled", await db_bytes(url), "B")
+        rt = tether.Runtime(url)
+        try:
             report = await rt.prune(completed="30d")
+        finally:
+            await rt.close()
         result("runs_pruned", report.runs, "count")
         result("rows_pruned", report.rows, "count")
         result("prune_s", report.seconds, "s")
         result("rows_per_s", report.rows / report.seconds, "1/s")
-        # W2 alone, then W2 while another prune runs over a fresh set
-        alone = await w2(url, w2_runs, 1)
-        result("w2_wall_over_ideal_alone", alone, "x")
-        await fill(url, runs, runs, steps)
-        async with runtime(url, []) as rt:
-            pruning = asyncio.create_task(rt.prune(completed="30d"))
-            beside = await w2(url, w2_runs, 2)
-            during = not pruning.done()
-            report2 = await pruning
-        result("w2_wall_over_ideal_during_prune", beside, "x")
-        result("w2_during_vs_alone", beside / alone, "x")
-        result("prune_still_running_at_w2_end", float(during), "bool")
-        result("rows_per_s_beside_w2", report2.rows / report2.seconds, "1/s")
+        result("freed_bytes", report.freed_bytes, "B")
+        result("db_bytes_pruned", await db_bytes(url), "B")
+        result("fill_beside_s", await fill(url, runs, beside_runs, steps), "s")
+        alone: list[float] = []
+        beside: list[float] = []
+        for r in range(rounds):  # alternate which goes first, so drift falls on both alike
+            for with_prune in ((False, True) if r % 2 == 0 else (True, False)):
+                if with_prune:
+                    ratio, busy = await w2_beside_prune(url, w2_runs, 2 * r + 1)
+                    if not busy:
+                        raise RuntimeError("the prune ended before W2: fill more runs "
+                                           "(--beside-runs)")
+                    beside.append(ratio)
+                else:
+                    alone.append(await w2(url, w2_runs, 2 * r))
+                print(f"round {r + 1} {'beside' if with_prune else 'alone '} "
+                      f"{(beside if with_prune else alone)[-1]:.3f}", file=sys.stderr)
+        result("w2_wall_over_ideal_alone", statistics.median(alone), "x")
+        result("w2_wall_over_ideal_beside_prune", statistics.median(beside), "x")
+        result("w2_beside_over_alone", statistics.median(beside) / statistics.median(alone), "x")
+        result("w2_runs_removed_meanwhile", await asyncio.to_thread(_tombstones, url) - report.runs,
+               "count")
     return out
 
 
@@ -155,8 +232,14 @@ if __name__ == "__main__":
     p.add_argument("--runs", type=int, default=100_000)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--w2-runs", type=int, default=1000)
+    p.add_argument("--beside-runs", type=int, default=50_000,
+                   help="the second set, pruned beside W2 (enough to outlast every round)")
+    p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args()
-    rows = asyncio.run(main(a.backend, a.runs, a.steps, a.w2_runs))
+    for name in ("runs", "steps", "w2_runs", "beside_runs", "rounds"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    rows = asyncio.run(main(a.backend, a.runs, a.steps, a.w2_runs, a.beside_runs, a.rounds))
     print("\n| metric | value | unit |\n|---|---:|---|")
     for r in rows:
         print(f"| {r['metric']} | {r['value']:,} | {r['unit']} |")
