@@ -369,3 +369,30 @@ def test_a_file_made_without_auto_vacuum_asks_for_one_vacuum(tmp_path: Path) -> 
     assert again.freed_bytes > 0 and not again.vacuum_needed and again.free_bytes == 0
     with pytest.raises(ConfigError, match="auto_vacuum must be one of"):
         make_runtime(f"{db_url}?auto_vacuum=full")
+
+
+async def test_the_pruner_sees_whether_a_worker_is_running_runs(db_url: str) -> None:
+    """While a run is running the pruner rests longer between batches (BUSY_PACE)."""
+    agent = Agent("busy")
+    gate = asyncio.Event()
+    entered = asyncio.Event()
+
+    @agent.node(start=True)
+    async def hold(state: dict[str, Any], ctx: Context) -> Command:
+        entered.set()
+        await gate.wait()
+        return finish({})
+
+    rt = make_runtime(db_url, agent)
+    try:
+        await rt.open()
+        assert not await rt.store.retention.running_now()
+        async with working(rt, close=False):
+            run = await rt.start("busy", {})
+            await asyncio.wait_for(entered.wait(), WAIT)
+            assert await rt.store.retention.running_now()
+            gate.set()
+            await asyncio.wait_for(rt.wait(run.thread_id), WAIT)
+        assert not await rt.store.retention.running_now()
+    finally:
+        await rt.close()

@@ -35,6 +35,9 @@ class PgRetention:
                                 {**cutoffs.params(), "after": after, "limit": limit})
         return [r[0] for r in rows]
 
+    async def running_now(self) -> bool:
+        return bool((await self._rows("running_now", {}))[0][0])
+
     async def prune_estimate(self, cutoffs: Cutoffs) -> list[tuple[str, str, int, int]]:
         return [(str(s), str(a), int(n), int(b))
                 for s, a, n, b in await self._rows("prune_estimate", cutoffs.params())]

@@ -74,6 +74,9 @@ class Retention(Protocol):
         """Up to `limit` runs the cut-offs remove (terminal for long enough, no effect left to
         perform, no unconsumed mail), after `after` in thread_id order."""
 
+    async def running_now(self) -> bool:
+        """Whether some worker is running a run now (its lease unexpired)."""
+
     async def prune_estimate(self, cutoffs: Cutoffs) -> list[tuple[str, str, int, int]]:
         """(status, agent, runs, payload bytes) of what a prune would remove; changes nothing."""
 

@@ -27,6 +27,11 @@ RETURNING owner;
 -- name: drop_lock
 DELETE FROM maintenance_locks WHERE name = %(name)s AND owner = %(owner)s RETURNING name;
 
+-- name: running_now
+-- Whether a worker holds an unexpired lease on a running run (a small partial index: runs_lease).
+SELECT EXISTS (SELECT 1 FROM runs WHERE lease_owner IS NOT NULL AND status = 'running'
+               AND lease_expires_at > extract(epoch FROM clock_timestamp())::float8);
+
 -- name: prune_candidates
 -- The next prunable runs after %(after)s in thread_id order (a walk over the primary key, so a
 -- prune reads the runs table once, however many batches it takes).

@@ -88,6 +88,11 @@ DELETE FROM runs WHERE thread_id IN (SELECT value FROM json_each(:ids));
 SELECT thread_id, agent, status, finished_at, pruned_at FROM tombstones
 WHERE thread_id = :thread_id;
 
+-- name: running_now
+-- Whether a worker holds an unexpired lease on a running run (a small partial index: runs_lease).
+SELECT EXISTS (SELECT 1 FROM runs WHERE lease_owner IS NOT NULL AND status = 'running'
+               AND lease_expires_at > (julianday('now') - 2440587.5) * 86400.0);
+
 -- name: free_pages
 -- The pages free inside the file, their size, and the auto-vacuum mode (2 = incremental).
 SELECT freelist_count, page_size, auto_vacuum
