@@ -97,6 +97,9 @@ class Tracing:
     def __init__(self, tracer: Tracer) -> None:
         self.tracer = tracer
         self._anchors: dict[str, SpanContext] = {}  # recently driven runs' stored anchors
+        # The anchors of runs created here, by the traceparent stored with them: a run driven
+        # where it was created is not parsed again.
+        self._made: dict[str, SpanContext] = {}
 
     def _remember(self, thread_id: str, anchor: SpanContext) -> None:
         if len(self._anchors) >= 10_000:
@@ -113,17 +116,25 @@ class Tracing:
         # trace a worker would give the run had nothing traced its creation.
         caller = parse_traceparent(traceparent) or derived_anchor(new.thread_id)
         context = set_span_in_context(NonRecordingSpan(caller))
-        links = []
+        links = None
         if parent is not None:
-            links.append(Link(anchor_of(parent.thread_id, parent.trace_context)))
+            links = [Link(anchor_of(parent.thread_id, parent.trace_context))]
             attributes["tether.parent_thread_id"] = parent.thread_id
         span = self.tracer.start_span("tether.run", context=context, attributes=attributes,
                                       links=links, start_time=_ns(at))
         span.end(end_time=_ns(at))
-        return format_traceparent(span.get_span_context())
+        made = span.get_span_context()
+        traceparent = format_traceparent(made)
+        if len(self._made) >= 10_000:
+            del self._made[next(iter(self._made))]
+        # As a worker elsewhere would read it back from the store: a remote parent.
+        self._made[traceparent] = SpanContext(made.trace_id, made.span_id, is_remote=True,
+                                              trace_flags=made.trace_flags)
+        return traceparent
 
     def run_observer(self, run: RunRecord, worker: str) -> RunObserver:
-        observer = _RunTrace(self.tracer, run, worker)
+        made = self._made.get(run.trace_context) if run.trace_context else None
+        observer = _RunTrace(self.tracer, run, worker, made)
         if run.trace_context:
             self._remember(run.thread_id, observer.anchor)
         return observer
@@ -158,10 +169,11 @@ class _RunTrace:
     __slots__ = ("agent", "anchor", "calls", "links", "parent", "thread_id", "tracer", "version",
                  "worker")
 
-    def __init__(self, tracer: Tracer, run: RunRecord, worker: str) -> None:
+    def __init__(self, tracer: Tracer, run: RunRecord, worker: str,
+                 anchor: SpanContext | None = None) -> None:
         self.tracer = tracer
         stored = run.trace_context
-        self.anchor = anchor_of(run.thread_id, stored)
+        self.anchor = anchor if anchor is not None else anchor_of(run.thread_id, stored)
         self.parent: OtelContext = set_span_in_context(NonRecordingSpan(self.anchor))
         self.thread_id, self.agent, self.version, self.worker = (
             run.thread_id, run.agent, run.version, worker)

@@ -158,15 +158,16 @@ class GroupCommitter:
         observer = self.observer
         t0 = time.perf_counter() if observer is not None else 0.0
         try:
-            return await self._execute_one(writer, query, params)
+            row = await self._execute_one(writer, query, params)
         except psycopg.Error as exc:
             raise self._lost(writer, exc) from exc
         finally:
             writer.busy = False
-            if observer is not None:
-                observer.committed(1, time.perf_counter() - t0)
             if self._queue or not self._accepting:
                 self._wake.set()
+        if observer is not None:
+            observer.committed(1, time.perf_counter() - t0)
+        return row
 
     async def _commit_loop(self, writer: _Writer) -> None:
         queue, wake = self._queue, self._wake
