@@ -41,9 +41,13 @@ GOALS = {"metrics": 1.05, "tracing": 1.15}
 
 
 def run_variant(variant: str, backend: str, runs: int) -> dict[str, float]:
-    """One W2 in a fresh process with `variant` attached: its result metrics."""
-    env = {**os.environ, "TETHER_BENCH_OBSERVE": "" if variant == "off" else variant,
+    """One W2 in a fresh process with `variant` attached ("tracing@R": tracing with the
+    SDK's traceidratio sampler at ratio R, from OTEL_TRACES_SAMPLER): its result metrics."""
+    observe, _, ratio = variant.partition("@")
+    env = {**os.environ, "TETHER_BENCH_OBSERVE": "" if observe == "off" else observe,
            "TETHER_BENCH_W2_FLOOR": "0"}
+    if ratio:
+        env.update(OTEL_TRACES_SAMPLER="traceidratio", OTEL_TRACES_SAMPLER_ARG=ratio)
     out = subprocess.run([sys.executable, "-m", "bench.workloads", "W2", backend, str(runs)],
                          cwd=HERE, env=env, capture_output=True, text=True)
     if out.returncode != 0:
@@ -158,6 +162,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--no-floor", action="store_true", help="skip the SDK floor")
+    parser.add_argument("--sampled", type=float, metavar="RATIO",
+                        help="also trace with the traceidratio sampler at RATIO (0..1)")
     parser.add_argument("--floor-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.floor_child is not None:
@@ -166,11 +172,15 @@ def main(argv: list[str]) -> int:
         return 0
     if args.rounds < 1 or args.runs < 1:
         parser.error("--rounds and --runs must be at least 1")
+    if args.sampled is not None and not 0.0 <= args.sampled <= 1.0:
+        parser.error("--sampled takes a ratio within 0..1")
+    variants = VARIANTS + ((f"tracing@{args.sampled:g}",) if args.sampled is not None else ())
     load0 = os.getloadavg()
-    rows: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
+    rows: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
     floors: dict[str, list[float]] = {"tracer": [], "readable": []}
     for i in range(args.rounds):
-        order = VARIANTS[i % 3:] + VARIANTS[:i % 3]
+        k = i % len(variants)
+        order = variants[k:] + variants[:k]
         for variant in order:
             m = run_variant(variant, args.backend, args.runs)
             rows[variant].append(m)
@@ -189,11 +199,11 @@ def main(argv: list[str]) -> int:
     print("| variant | worker CPU s | CPU us/step | wall s | CPU vs off | per-round ratios "
           "(median) | goal |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    for variant in VARIANTS:
+    for variant in variants:
         cpu = statistics.median(m["cpu_s"] for m in rows[variant])
         per = statistics.median(m["cpu_us_per_step"] for m in rows[variant])
         wall = statistics.median(m["wall_s"] for m in rows[variant])
-        goal = GOALS.get(variant)
+        goal = GOALS.get(variant.partition("@")[0]) if "@" not in variant else None
         # Each round's variants ran back to back: their ratio to that round's "off" sees
         # the same machine, so it is the steadier figure on a loaded one.
         paired = [m["cpu_s"] / o["cpu_s"] for m, o in zip(rows[variant], rows["off"],
@@ -208,8 +218,9 @@ def main(argv: list[str]) -> int:
         if got:
             floor = statistics.median(got)
             print(f"| {names[mode]} | {floor:.3f} | | | +{floor / off:.3f} of off | | |")
-    made = {m.get("spans_exported") for m in rows["tracing"]}
-    print(f"\nspans exported per tracing run: {sorted(made)} (W2 makes {args.runs * 11})")
+    for variant in variants[2:]:
+        made = sorted({m.get("spans_exported", 0) for m in rows[variant]})
+        print(f"spans exported per {variant} run: {made} (W2 makes {args.runs * 11})")
     return 0
 
 
