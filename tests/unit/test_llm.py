@@ -154,3 +154,19 @@ def test_text_chunks_join_and_other_chunks_stay_a_list() -> None:
     assert llm.assemble(["a", "b", "c"]) == "abc"
     assert llm.assemble([{"n": 1}, {"n": 2}]) == [{"n": 1}, {"n": 2}]
     assert llm.assemble([]) == []
+
+
+def test_gen_ai_attributes_name_the_model_and_tokens_only_when_known() -> None:
+    from tether.llm import gen_ai_attributes, usage_of
+
+    openai_like = {"model": "gpt-x-2024", "usage": {"prompt_tokens": 12, "completion_tokens": 3}}
+    assert gen_ai_attributes(openai_like, usage_of(openai_like), "gpt-x") == {
+        "gen_ai.request.model": "gpt-x", "gen_ai.response.model": "gpt-x-2024",
+        "gen_ai.usage.input_tokens": 12, "gen_ai.usage.output_tokens": 3}
+    # No usage: not a model's result, whatever its fields say; only the model asked for.
+    assert gen_ai_attributes({"model": "m"}, None, None) is None
+    assert gen_ai_attributes({"model": "m"}, None, "asked") == {"gen_ai.request.model": "asked"}
+    # A `model=` that is not a name, or a result model that is not one, is left out.
+    anthropic_like = {"model": 7, "usage": {"input_tokens": 5, "output_tokens": 9}}
+    assert gen_ai_attributes(anthropic_like, usage_of(anthropic_like), {"x": 1}) == {
+        "gen_ai.usage.input_tokens": 5, "gen_ai.usage.output_tokens": 9}
