@@ -156,3 +156,27 @@ async def test_a_callers_traceparent_becomes_the_runs_parent(
     assert step.parent is not None and step.parent.span_id == anchor.context.span_id
     [ignored] = spans_of(exporter, bad.thread_id, "tether.step")
     assert ignored.context.trace_id != caller_trace  # an invalid traceparent is ignored
+
+
+async def test_a_trace_id_ratio_sampler_keeps_a_run_whole_or_drops_it(
+        db_url: str, exporter: InMemorySpanExporter) -> None:
+    # What the how-to suggests for cheap steps: OTEL_TRACES_SAMPLER=traceidratio. The decision
+    # follows the run's trace id, so each run has all its spans or none.
+    from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
+
+    provider = TracerProvider(sampler=TraceIdRatioBased(0.5))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    rt = app.make_runtime().with_db(db_url)
+    enable_tracing(rt, provider.get_tracer("tether"))
+    async with working(rt):
+        runs = [await rt.start(app.agent, {"steps": 2}) for _ in range(24)]
+        for r in runs:
+            assert (await rt.wait(r.thread_id, timeout=WAIT)).status == "completed"
+    provider.force_flush()
+    kept = 0
+    for r in runs:
+        shape = [len(spans_of(exporter, r.thread_id, name))
+                 for name in ("tether.run", "tether.step", "tether.call")]
+        assert shape in ([0, 0, 0], [1, 2, 2]), (r.thread_id, shape)
+        kept += shape[0]
+    assert 0 < kept < len(runs)  # 24 runs at 0.5: all kept or all dropped is 2 in 2**24
