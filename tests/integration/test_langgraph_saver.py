@@ -247,16 +247,74 @@ async def test_writes_commit_without_flush_checkpoints_with(databases: Any) -> N
                 continue
             # Postgres: the writes statement sets synchronous_commit for its own transaction
             # (seen here inside an explicit one); the session's setting stays on.
-            from tether.langgraph._postgres import _queries
+            from tether.langgraph._postgres import _queries, pack_writes
 
             with psycopg.connect(url) as pg:
                 pg.execute(_queries()["insert_writes"], {
                     "thread_id": "s", "ns": "", "checkpoint_id": "c", "task_id": "t",
-                    "task_path": "", "idxs": [0], "channels": ["a"], "types": ["null"],
-                    "blobs": [None], "commit": writes_mode})
+                    "task_path": "", "writes": pack_writes({0: (0, "a", "null", None)}),
+                    "commit": writes_mode})
                 assert pg.execute("SHOW synchronous_commit").fetchone() == (writes_mode,)
                 pg.rollback()
                 assert pg.execute("SHOW synchronous_commit").fetchone() == ("on",)
             await saver.aput_writes(stored, [("a", 1)], "t")
             tup = await saver.aget_tuple(stored)
             assert tup is not None and tup.pending_writes == [("t", "a", 1)]
+
+
+def test_sync_saver_writes_merge_by_idx(db_url: str) -> None:
+    """A sync saver's calls run in the caller's thread (no event loop there): a task's writes
+    put twice keep the stored ones and gain the new idx; special writes replace."""
+    with TetherSaver.from_conn_string(db_url) as saver:
+        stored = saver.put(cfg("sync-w"), empty_checkpoint(), {"source": "input", "step": -1},
+                           {})
+        saver.put_writes(stored, [("a", 1)], "task-1", "p")
+        saver.put_writes(stored, [("a", 10), ("b", 20)], "task-1", "p")
+        saver.put_writes(stored, [(ERROR, "boom")], "task-1", "p")
+        saver.put_writes(stored, [(ERROR, "again")], "task-1", "p")
+        tup = saver.get_tuple(stored)
+        assert tup is not None
+        assert tup.pending_writes == [("task-1", ERROR, "again"), ("task-1", "a", 1),
+                                      ("task-1", "b", 20)]
+        assert [t.checkpoint["id"] for t in saver.list(cfg("sync-w"))] == [
+            stored["configurable"]["checkpoint_id"]]
+
+
+def test_postgres_0009_carries_pending_writes_over(databases: Any) -> None:
+    """Migration 0009 packs the rows of 0005's lg_writes (one per write) into one per task;
+    the saver reads them back as they were."""
+    if databases.backend != "postgres":
+        pytest.skip("0009 changes nothing on SQLite")
+    from tether.store import migrate
+    from tether.store.migrate import queries
+
+    url = databases.create(migrated=False)
+    q = queries("postgres")
+    with psycopg.connect(url, autocommit=True) as pg:
+        pg.execute(q["create_schema_version"])
+        for mig in migrate.migrations("postgres")[:8]:
+            pg.execute(mig.sql.encode())
+            pg.execute(q["record_migration"], {"version": mig.version, "name": mig.name})
+    with TetherSaver.from_conn_string(url) as saver:
+        stored = saver.put(cfg("old"), empty_checkpoint(), {"source": "input", "step": -1}, {})
+        checkpoint_id = stored["configurable"]["checkpoint_id"]
+        rows = []
+        for task_id, task_path, writes in (("task-1", "p", [("a", 1), ("b", "x" * 300)]),
+                                           ("task-0", "o", [(INTERRUPT, {"q": 1})])):
+            for idx, (channel, value) in enumerate(writes):
+                type_, blob = saver.serde.dumps_typed(value)
+                rows.append(("old", "", checkpoint_id, task_id, -3 if channel == INTERRUPT
+                             else idx, channel, type_, blob, task_path))
+        rows.append(("old", "", checkpoint_id, "task-2", 0, "none", "null", None, "q"))
+        with psycopg.connect(url, autocommit=True) as pg:
+            pg.cursor().executemany(
+                "INSERT INTO lg_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
+                "channel, type, blob, task_path) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                rows)
+        saver.setup()
+        with psycopg.connect(url) as pg:
+            assert pg.execute("SELECT count(*) FROM lg_writes").fetchone() == (3,)
+        tup = saver.get_tuple(stored)
+        assert tup is not None
+        assert tup.pending_writes == [("task-0", INTERRUPT, {"q": 1}), ("task-1", "a", 1),
+                                      ("task-1", "b", "x" * 300), ("task-2", "none", None)]

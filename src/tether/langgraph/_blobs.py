@@ -18,6 +18,7 @@ only rows over 2 kB, SQLite never, and most of these rows are a few hundred byte
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -106,13 +107,20 @@ class Blob:
 
 
 class BlobCache:
-    """The last value this saver wrote per (thread, namespace, channel), to extend."""
+    """The last value this saver wrote per (thread, namespace, channel), to extend. Shared by
+    the threads of sync callers: one lock around each operation."""
 
     def __init__(self) -> None:
         self._known: OrderedDict[tuple[str, str, str], _Known] = OrderedDict()
+        self._lock = threading.Lock()
 
     def encode(self, thread_id: str, ns: str, channel: str, version: str,
                type_: str, data: bytes | None) -> Blob:
+        with self._lock:
+            return self._encode(thread_id, ns, channel, version, type_, data)
+
+    def _encode(self, thread_id: str, ns: str, channel: str, version: str,
+                type_: str, data: bytes | None) -> Blob:
         key = (thread_id, ns, channel)
         if type_ != MSGPACK or data is None or (header := array_header(data)) is None:
             self._known.pop(key, None)
@@ -142,11 +150,14 @@ class BlobCache:
 
     def forget(self, thread_id: str, ns: str | None = None) -> None:
         """Drop what is known of a thread (of one namespace): its rows may be gone."""
-        for key in [k for k in self._known if k[0] == thread_id and (ns is None or k[1] == ns)]:
-            del self._known[key]
+        with self._lock:
+            for key in [k for k in self._known
+                        if k[0] == thread_id and (ns is None or k[1] == ns)]:
+                del self._known[key]
 
     def clear(self) -> None:
-        self._known.clear()
+        with self._lock:
+            self._known.clear()
 
 
 # (channel, version) -> (type, blob, base_version), as stored

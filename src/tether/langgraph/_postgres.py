@@ -1,16 +1,19 @@
 """TetherSaver's Postgres rows: how each operation is said in Postgres (sql/postgres.sql).
 
-A few autocommit connections (_Conns); a put and a task's writes are one statement each
-(one round trip, atomic by themselves); prune and delete_for_runs are one transaction under
-per-thread advisory locks. `synchronous_commit=on` on every connection: a checkpoint put is in
-the WAL on disk when it returns.
+A few autocommit connections (_Conns) for the saver's event loop, and as many blocking ones
+(_BlockingConns) for sync callers, whose calls run in their own thread (_rows.INLINE); a put
+and a task's writes are one statement each (one round trip, atomic by themselves); prune and
+delete_for_runs are one transaction under per-thread advisory locks. `synchronous_commit=on`
+on every connection: a checkpoint put is in the WAL on disk when it returns.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+import struct
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from functools import cache
 from importlib import resources
 from typing import Any, cast
@@ -25,7 +28,7 @@ from ..config import redact
 from ..errors import ConfigError, SchemaError, StoreError, StoreUnavailable
 from ..store.migrate import parse_queries
 from ._blobs import Blob
-from ._rows import BlobRow, CheckpointRow, Collect, WriteRow
+from ._rows import INLINE, BlobRow, CheckpointRow, Collect, WriteRow
 
 _SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 Conn = AsyncConnection[TupleRow]
@@ -76,8 +79,122 @@ class _Conns:
             await conn.close()
 
 
+# One pending write as packed in an lg_writes row (migration 0009): (idx, channel, type, blob).
+Write = tuple[int, str, str, "bytes | None"]
+_INT = struct.Struct(">i")
+_MAX_WRITE_ROUNDS = 5
+
+
+def pack_writes(writes: dict[int, Write]) -> bytes:
+    """A task's writes as lg_writes.writes: for each, in idx order, int4 idx, int4 length +
+    channel, int4 length + type, int4 length (-1: NULL) + blob (big-endian, UTF-8)."""
+    out = bytearray()
+    for idx in sorted(writes):
+        _, channel, type_, blob = writes[idx]
+        ch, ty = channel.encode(), type_.encode()
+        out += _INT.pack(idx) + _INT.pack(len(ch)) + ch + _INT.pack(len(ty)) + ty
+        out += _INT.pack(-1) if blob is None else _INT.pack(len(blob)) + blob
+    return bytes(out)
+
+
+def unpack_writes(data: bytes) -> list[Write]:
+    out: list[Write] = []
+    pos, end = 0, len(data)
+    try:
+        while pos < end:
+            (idx,), (n,) = _INT.unpack_from(data, pos), _INT.unpack_from(data, pos + 4)
+            pos += 8
+            channel = data[pos:pos + n].decode()
+            pos += n
+            (n,) = _INT.unpack_from(data, pos)
+            type_ = data[pos + 4:pos + 4 + n].decode()
+            pos += 4 + n
+            (n,) = _INT.unpack_from(data, pos)
+            pos += 4
+            blob = None if n < 0 else data[pos:pos + n]
+            pos += max(n, 0)
+            if pos > end:
+                raise ValueError("truncated")
+            out.append((idx, channel, type_, blob))
+    except (struct.error, UnicodeDecodeError, ValueError) as exc:
+        raise StoreError(f"malformed LangGraph pending writes row: {exc}") from exc
+    return out
+
+
+def merge_writes(stored: Sequence[Write], new: Sequence[Write], replace: bool
+                 ) -> dict[int, Write]:
+    """A task's writes after storing `new` beside `stored`: by idx, a stored write stays,
+    unless `replace` (special writes: ERROR, INTERRUPT, ...) puts the new one instead."""
+    incoming: dict[int, Write] = {}
+    for w in new:
+        if replace:
+            incoming[w[0]] = w
+        else:
+            incoming.setdefault(w[0], w)
+    old = {w[0]: w for w in stored}
+    return {**old, **incoming} if replace else {**incoming, **old}
+
+
+class _BlockingConns:
+    """Up to `size` blocking autocommit connections, opened on demand and kept, for the calls
+    of sync callers (each in its own thread)."""
+
+    def __init__(self, conninfo: str, size: int, timeout: float) -> None:
+        self._conninfo, self._timeout = conninfo, timeout
+        self._slots = threading.BoundedSemaphore(size)
+        self._lock = threading.Lock()
+        self._idle: list[psycopg.Connection[TupleRow]] = []
+        self.closed = False
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[TupleRow]]:
+        if not self._slots.acquire(timeout=self._timeout):
+            raise TimeoutError(f"no Postgres connection free within {self._timeout:g} s")
+        try:
+            if self.closed:
+                raise StoreError("the saver is not open")
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                conn = psycopg.Connection.connect(self._conninfo, autocommit=True)
+            try:
+                yield conn
+            finally:
+                if (self.closed or conn.closed
+                        or conn.info.transaction_status != TransactionStatus.IDLE):
+                    conn.close()
+                else:
+                    with self._lock:
+                        self._idle.append(conn)
+        finally:
+            self._slots.release()
+
+    def close(self) -> None:
+        self.closed = True
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+class _Now:
+    """A blocking cursor seen as an async one, for the steps written once for both."""
+
+    def __init__(self, conn: psycopg.Connection[TupleRow]) -> None:
+        self._conn = conn
+        self._cur: psycopg.Cursor[TupleRow] | None = None
+
+    async def execute(self, query: bytes, params: dict[str, Any]) -> _Now:
+        self._cur = self._conn.execute(query, params)
+        return self
+
+    async def fetchall(self) -> list[TupleRow]:
+        return [] if self._cur is None else self._cur.fetchall()
+
+
 class PostgresRows:
     dialect = "postgres"
+    inline = True
 
     def __init__(self, url: str, *, pool_size: int = 4, connect_timeout: float = 5.0) -> None:
         self.url = url
@@ -101,6 +218,7 @@ class PostgresRows:
         self._pool_size = pool_size
         self._timeout = connect_timeout
         self._pool: _Conns | None = None
+        self._blocking: _BlockingConns | None = None
         self._q = _queries()
 
     def _error(self, exc: BaseException) -> StoreError:
@@ -129,9 +247,13 @@ class PostgresRows:
             await pool.close()
             raise self._error(exc) from exc
         self._pool = pool
+        self._blocking = _BlockingConns(self._conninfo, self._pool_size, self._timeout * 3)
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
+        blocking, self._blocking = self._blocking, None
+        if blocking is not None:
+            blocking.close()
         if pool is not None:
             await pool.close()
 
@@ -152,7 +274,19 @@ class PostgresRows:
             raise StoreError("the saver is not open")
         return self._pool
 
+    def _inline(self) -> _BlockingConns:
+        if self._blocking is None:
+            raise StoreError("the saver is not open")
+        return self._blocking
+
     async def _exec(self, name: str, params: dict[str, Any]) -> list[TupleRow]:
+        if INLINE.get():
+            try:
+                with self._inline().connection() as bconn:
+                    bcur = bconn.execute(self._q[name], params)
+                    return bcur.fetchall() if bcur.description else []
+            except (TimeoutError, psycopg.Error) as exc:
+                raise self._error(exc) from exc
         try:
             async with self._need().connection() as conn:
                 cur = await conn.execute(self._q[name], params)
@@ -160,16 +294,30 @@ class PostgresRows:
         except (TimeoutError, psycopg.Error) as exc:
             raise self._error(exc) from exc
 
-    async def _locked(self, thread_ids: Sequence[str], steps: Any) -> Any:
-        """Run `steps(conn)` in one transaction holding the threads' advisory locks."""
+    async def _transaction(self, steps: Any) -> Any:
+        """Run `steps(conn)` in one transaction."""
+        if INLINE.get():
+            try:
+                with self._inline().connection() as bconn, bconn.transaction():
+                    return await steps(_Now(bconn))
+            except (TimeoutError, psycopg.Error) as exc:
+                raise self._error(exc) from exc
         try:
             async with self._need().connection() as conn, conn.transaction():
-                await conn.execute(self._q["lock_threads"], {"thread_ids": list(thread_ids)})
                 return await steps(conn)
         except (TimeoutError, psycopg.Error) as exc:
             raise self._error(exc) from exc
 
-    async def _collect(self, conn: Conn, thread_id: str, ns: str, collect: Collect) -> None:
+    async def _locked(self, thread_ids: Sequence[str], steps: Any) -> Any:
+        """Run `steps(conn)` in one transaction holding the threads' advisory locks."""
+
+        async def locked(conn: Conn | _Now) -> Any:
+            await conn.execute(self._q["lock_threads"], {"thread_ids": list(thread_ids)})
+            return await steps(conn)
+
+        return await self._transaction(locked)
+
+    async def _collect(self, conn: Conn | _Now, thread_id: str, ns: str, collect: Collect) -> None:
         q, key = self._q, {"thread_id": thread_id, "ns": ns}
         bodies = await (await conn.execute(q["namespace_checkpoints"], key)).fetchall()
         keys = await (await conn.execute(q["namespace_blob_keys"], key)).fetchall()
@@ -197,12 +345,36 @@ class PostgresRows:
                          flush: bool) -> None:
         if not rows:
             return
+        q = self._q
         thread_id, ns, checkpoint_id, task_id = rows[0][:4]
-        await self._exec("upsert_writes" if replace else "insert_writes", {
-            "thread_id": thread_id, "ns": ns, "checkpoint_id": checkpoint_id,
-            "task_id": task_id, "task_path": rows[0][8], "commit": "on" if flush else "off",
-            "idxs": [r[4] for r in rows], "channels": [r[5] for r in rows],
-            "types": [r[6] for r in rows], "blobs": [r[7] for r in rows]})
+        new: list[Write] = [(r[4], r[5], r[6], r[7]) for r in rows]
+        key = {"thread_id": thread_id, "ns": ns, "checkpoint_id": checkpoint_id,
+               "task_id": task_id}
+        commit = {"commit": "on" if flush else "off"}
+        first = {**key, **commit, "task_path": rows[0][8],
+                 "writes": pack_writes(merge_writes((), new, replace))}
+        if await self._exec("insert_writes", first):
+            return  # the task's first writes: one statement
+
+        async def merge(conn: Conn | _Now) -> bool:
+            await conn.execute(q["set_commit_mode"], commit)
+            found = await (await conn.execute(q["lock_task_writes"], key)).fetchall()
+            if not found:  # deleted meanwhile: insert again
+                return bool(await (await conn.execute(q["insert_writes"], first)).fetchall())
+            task_path, data = found[0]
+            stored = unpack_writes(data)
+            merged = merge_writes(stored, new, replace)
+            if merged != {w[0]: w for w in stored}:
+                await conn.execute(q["update_task_writes"], {
+                    **key, "task_path": rows[0][8] if replace else task_path,
+                    "writes": pack_writes(merged)})
+            return True
+
+        for _ in range(_MAX_WRITE_ROUNDS):
+            if await self._transaction(merge):
+                return
+        raise StoreError(f"LangGraph writes of task {task_id!r} could not be stored: its row "
+                         "was inserted and deleted concurrently again and again")
 
     async def delete_thread(self, thread_id: str) -> None:
         await self._exec("delete_thread", {"thread_id": thread_id})
@@ -214,7 +386,7 @@ class PostgresRows:
         if not threads:
             return []
 
-        async def steps(conn: Conn) -> list[str]:
+        async def steps(conn: Conn | _Now) -> list[str]:
             # Read again under the locks: the namespaces to collect are the ones deleted from.
             found = await (await conn.execute(q["run_namespaces"], ids)).fetchall()
             await conn.execute(q["delete_run_writes"], ids)
@@ -231,7 +403,7 @@ class PostgresRows:
         q = self._q
         threads = list(dict.fromkeys(thread_ids))
 
-        async def steps(conn: Conn) -> None:
+        async def steps(conn: Conn | _Now) -> None:
             for thread_id in threads:
                 key = {"thread_id": thread_id}
                 if not keep_latest:
@@ -280,7 +452,9 @@ class PostgresRows:
         rows = await self._exec("writes_of", {"threads": [k[0] for k in keys],
                                               "nss": [k[1] for k in keys],
                                               "ids": [k[2] for k in keys]})
-        return cast(list[WriteRow], rows)
+        return [(t, n, c, task_id, channel, type_, blob)
+                for t, n, c, task_id, data in rows
+                for _, channel, type_, blob in unpack_writes(data)]
 
     async def blobs_of(self, keys: Sequence[tuple[str, str, str, str]]) -> list[BlobRow]:
         rows = await self._exec("blobs_of", {"threads": [k[0] for k in keys],

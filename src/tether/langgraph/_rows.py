@@ -4,10 +4,45 @@ is the saver's; a dialect only says it in its SQL."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Coroutine, Generator, Sequence
+from contextvars import ContextVar
+from typing import Any, Generic, Protocol, TypeVar
 
+from ..errors import StoreError
 from ._blobs import Blob
+
+T = TypeVar("T")
+# Set while `drive` runs a coroutine in the calling thread: the rows' methods then do their I/O
+# blocking, on connections of their own for such calls, and never suspend.
+INLINE: ContextVar[bool] = ContextVar("tether_langgraph_inline", default=False)
+
+
+def drive(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine of the saver's to its end in this thread, with no event loop and no
+    hand-over to the saver's loop thread (what a sync graph's put costs otherwise): under
+    INLINE every await of the rows' completes at once."""
+    token = INLINE.set(True)
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    finally:
+        INLINE.reset(token)
+    coro.close()
+    raise StoreError("internal error: an inline TetherSaver call waited on an event loop")
+
+
+class Ready(Generic[T]):
+    """An awaitable that is done already (what an inline write returns)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self.value
+        yield  # a generator: awaitable, never suspends
 
 # (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata)
 CheckpointRow = tuple[str, str, str, "str | None", str, bytes, str]
@@ -23,6 +58,8 @@ Collect = Callable[[Sequence[tuple[str, bytes]], Sequence[tuple[str, str, "str |
 
 class Rows(Protocol):
     dialect: str
+    # True: every method may also run under INLINE, from any thread (sync callers).
+    inline: bool
 
     async def open(self, *, private_loop: bool) -> None:
         """Connect, on the running loop. `private_loop`: the loop is the saver's own (sync

@@ -5,7 +5,9 @@ while a commit is in flight are committed together in the next IMMEDIATE transac
 fsync for many checkpoints); reads run on the event loop's thread and see the last committed
 WAL snapshot. WAL with `synchronous=FULL` unless the URL says otherwise (`?synchronous=NORMAL`):
 a checkpoint put is on disk when it returns. An in-memory database is one connection, used on
-the loop's thread, and so are commits on the saver's private loop (sync graphs).
+the loop's thread, and so are commits on the saver's private loop. Calls of sync callers
+(_rows.INLINE) run in their own thread: a write is its own transaction there, one at a time
+with the group commits (a lock per connection).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from importlib import resources
@@ -25,9 +28,10 @@ from ..errors import ConfigError, SchemaError, StoreError, StoreUnavailable
 from ..store.migrate import parse_queries
 from ..store.sqlite import apply_migrations, parse_sqlite_url
 from ._blobs import Blob
-from ._rows import BlobRow, CheckpointRow, Collect, WriteRow
+from ._rows import INLINE, BlobRow, CheckpointRow, Collect, Ready, WriteRow
 
 Job = Callable[[sqlite3.Connection], Any]
+_Fut = asyncio.Future[Any] | None  # None: an inline write's (no future: it returns)
 _SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 
 
@@ -51,6 +55,7 @@ def _error(exc: sqlite3.Error, url: str) -> StoreError:
 
 class SQLiteRows:
     dialect = "sqlite"
+    inline = True
 
     def __init__(self, url: str, *, busy_timeout: float = 30.0) -> None:
         self.url = url
@@ -61,11 +66,14 @@ class SQLiteRows:
         self._sync = sync
         self._busy = busy_timeout
         self._memory = self.path == ":memory:"
+        # One thread at a time on each connection (one for both when in memory).
+        self._wlock = threading.Lock()
+        self._rlock = self._wlock if self._memory else threading.Lock()
         self._q = _queries()
         self._read: sqlite3.Connection | None = None
         self._write: sqlite3.Connection | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._pending: list[tuple[Job, asyncio.Future[Any], bool]] = []
+        self._pending: list[tuple[Job, _Fut, bool]] = []
         self._synchronous = sync  # the write connection's setting now
         self._committing = False
         self._idle = asyncio.Event()
@@ -119,17 +127,23 @@ class SQLiteRows:
         if self._read is None:
             raise StoreError("the saver is not open")
         try:
-            return job(self._read)
+            with self._rlock:
+                return job(self._read)
         except sqlite3.Error as exc:
             raise _error(exc, self.url) from exc
 
-    def _w(self, job: Job, flush: bool = True) -> asyncio.Future[Any]:
+    def _w(self, job: Job, flush: bool = True) -> Awaitable[Any]:
         """Run `job` in the next group commit. `flush` False: the commit need not wait for the
         disk (synchronous=NORMAL in WAL mode: it survives a crash of this process, and the
         next FULL commit, a checkpoint's, syncs the WAL with it); a batch with any flushed job
         is committed with the URL's setting."""
         if self._write is None or self._loop is None:
             raise StoreError("the saver is not open")
+        if INLINE.get():  # a sync caller's thread: its own transaction, now
+            [(_, ok, value)] = self._transaction([(job, None, flush)])
+            if not ok:
+                raise value
+            return Ready(value)
         fut: asyncio.Future[Any] = self._loop.create_future()
         self._pending.append((job, fut, flush))
         if not self._committing:
@@ -154,10 +168,10 @@ class SQLiteRows:
         loop = self._loop
         cf.add_done_callback(lambda f: loop.call_soon_threadsafe(self._deliver, f.result()))
 
-    def _deliver(self, results: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    def _deliver(self, results: list[tuple[_Fut, bool, Any]]) -> None:
         """Hand each job's result to its caller, then start the next group commit."""
         for fut, ok, value in results:
-            if fut.done():  # the caller was cancelled; the write happened or not, atomically
+            if fut is None or fut.done():  # the caller was cancelled; the write happened or not, atomically
                 continue
             if ok:
                 fut.set_result(value)
@@ -165,14 +179,20 @@ class SQLiteRows:
                 fut.set_exception(value)
         self._commit_next()
 
-    def _transaction(self, batch: list[tuple[Job, asyncio.Future[Any], bool]]
-                     ) -> list[tuple[asyncio.Future[Any], bool, Any]]:
+    def _transaction(self, batch: list[tuple[Job, _Fut, bool]]) -> list[tuple[_Fut, bool, Any]]:
         """Each job in a savepoint of one IMMEDIATE transaction: a job that fails is undone
         alone and gets its error; the others commit. If the transaction itself fails, every
         job gets that error (nothing of the batch is stored)."""
+        with self._wlock:
+            return self._transaction_locked(batch)
+
+    def _transaction_locked(self, batch: list[tuple[Job, _Fut, bool]]
+                            ) -> list[tuple[_Fut, bool, Any]]:
         conn = self._write
-        assert conn is not None
-        done: list[tuple[asyncio.Future[Any], bool, Any]] = []
+        if conn is None:
+            closed = StoreError("the saver is not open")
+            return [(fut, False, closed) for _, fut, _ in batch]
+        done: list[tuple[_Fut, bool, Any]] = []
         sync = self._sync
         if sync in ("FULL", "EXTRA") and not any(flush for _, _, flush in batch):
             sync = "NORMAL"

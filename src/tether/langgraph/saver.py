@@ -9,10 +9,12 @@
         saver.setup()
         graph.invoke(inputs, config)
 
-The logic is written once, as coroutines run on the event loop the saver was opened on. Async
-methods called on another loop, and sync methods (from any thread but the saver's loop), hand
-their coroutine to that loop. `with` opens the saver on a private loop in a daemon thread, so
-sync graphs need no loop of their own.
+The logic is written once, as coroutines. Async methods run them on the event loop the saver
+was opened on (called on another loop, they hand their coroutine to that one). Sync methods
+(from any thread but the saver's loop) drive the same coroutines in the calling thread
+(_rows.drive): the rows then do blocking I/O on connections kept for such calls, so a sync
+graph's put costs no hand-over between threads. `with` opens the saver on a private loop in a
+daemon thread (setup() runs there), so sync graphs need no loop of their own.
 
 Storage (migration 0005): one row per checkpoint, holding its small scalar channel values
 (None, bools, numbers, short strings) and not the others; one row per version of each other
@@ -49,7 +51,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ..errors import ConfigError, InvalidState, SerializationError, StoreError
 from ..extras import requires_extra
 from ._blobs import BlobCache, BlobRows, assemble, garbage, pack, unpack
-from ._rows import CheckpointRow, Rows
+from ._rows import INLINE, CheckpointRow, Rows, drive
 
 __all__ = ["TetherSaver"]
 
@@ -272,35 +274,43 @@ class TetherSaver(BaseCheckpointSaver[float]):
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await self._on_loop(self._prune(thread_ids, strategy))
 
-    # -- the sync API: the same coroutines, on the saver's loop ----------------------------
+    # -- the sync API: the same coroutines, run in the caller's thread --------------------
+
+    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        """A sync method's coroutine, driven in the calling thread (the rows do blocking I/O
+        on connections of their own for that): no hand-over to the saver's loop thread and
+        back, which costs a sync graph more than a Postgres commit takes."""
+        if self._rows.inline and self._loop is not None and not self._on_own_loop():
+            return drive(coro)
+        return self._blocking(coro)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._blocking(self._get_tuple(config))
+        return self._sync(self._get_tuple(config))
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None
              ) -> Iterator[CheckpointTuple]:
-        return iter(self._blocking(self._list(config, filter, before, limit)))
+        return iter(self._sync(self._list(config, filter, before, limit)))
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
-        return self._blocking(self._put(config, checkpoint, metadata, new_versions))
+        return self._sync(self._put(config, checkpoint, metadata, new_versions))
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                    task_id: str, task_path: str = "") -> None:
-        self._blocking(self._put_writes(config, writes, task_id, task_path))
+        self._sync(self._put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
-        self._blocking(self._delete_thread(str(thread_id)))
+        self._sync(self._delete_thread(str(thread_id)))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._blocking(self._delete_for_runs(run_ids))
+        self._sync(self._delete_for_runs(run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._blocking(self._copy_thread(str(source_thread_id), str(target_thread_id)))
+        self._sync(self._copy_thread(str(source_thread_id), str(target_thread_id)))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._blocking(self._prune(thread_ids, strategy))
+        self._sync(self._prune(thread_ids, strategy))
 
     def get_next_version(self, current: float | None, channel: None) -> float:
         """The next integer plus a random fraction: increasing, and two branches forked from
@@ -348,9 +358,14 @@ class TetherSaver(BaseCheckpointSaver[float]):
         blob_keys = [(row[0], row[1], ch, _vkey(v))
                      for row, body, inline in zip(rows, bodies, inlined, strict=True)
                      for ch, v in body["channel_versions"].items() if ch not in inline]
-        writes_rows, blob_rows = await asyncio.gather(
-            self._rows.writes_of([row[:3] for row in rows]),
-            self._rows.blobs_of(blob_keys) if blob_keys else _none())
+        keys = [row[:3] for row in rows]
+        if INLINE.get():
+            writes_rows = await self._rows.writes_of(keys)
+            blob_rows = await self._rows.blobs_of(blob_keys) if blob_keys else []
+        else:
+            writes_rows, blob_rows = await asyncio.gather(
+                self._rows.writes_of(keys),
+                self._rows.blobs_of(blob_keys) if blob_keys else _none())
         blobs: dict[tuple[str, str], BlobRows] = {}
         for t, n, ch, v, type_, blob, base in blob_rows:
             blobs.setdefault((t, n), {})[(ch, v)] = (type_, blob, base)

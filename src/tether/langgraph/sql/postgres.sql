@@ -1,4 +1,4 @@
--- Named queries of tether.langgraph.TetherSaver on Postgres (tables of migration 0005),
+-- Named queries of tether.langgraph.TetherSaver on Postgres (tables of migrations 0005, 0009),
 -- psycopg placeholders. Key lists are parallel arrays read with unnest, so that a statement
 -- has a fixed text whatever the number of keys. Each statement runs alone in autocommit
 -- unless said otherwise: one statement is one atomic write.
@@ -43,28 +43,30 @@ SELECT n FROM missing;
 (SELECT set_config('synchronous_commit', %(commit)s, true)) AS commit_mode
 
 -- name: insert_writes
--- Pending writes are deduplicated by (task_id, idx): a task's write that is stored stays.
-INSERT INTO lg_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type,
-                       blob, task_path)
-SELECT %(thread_id)s, %(ns)s, %(checkpoint_id)s, %(task_id)s, w.idx, w.channel, w.type, w.blob,
-       %(task_path)s
-FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[])
-     AS w (idx, channel, type, blob),
-     {{commit_mode}}
-ON CONFLICT DO NOTHING;
+-- A task's writes, packed in one row (migration 0009), if the task has none stored yet: a row
+-- back when stored. No row: the task has writes stored already, and the saver merges under
+-- the row's lock (lock_task_writes, update_task_writes), so that writes stay deduplicated by
+-- (task_id, idx).
+INSERT INTO lg_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, writes)
+SELECT %(thread_id)s, %(ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s, %(writes)s
+FROM {{commit_mode}}
+ON CONFLICT DO NOTHING
+RETURNING 1;
 
--- name: upsert_writes
--- Special writes (ERROR, INTERRUPT, ...: negative idx) replace what the task stored before.
-INSERT INTO lg_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type,
-                       blob, task_path)
-SELECT %(thread_id)s, %(ns)s, %(checkpoint_id)s, %(task_id)s, w.idx, w.channel, w.type, w.blob,
-       %(task_path)s
-FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[])
-     AS w (idx, channel, type, blob),
-     {{commit_mode}}
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
-    channel = excluded.channel, type = excluded.type, blob = excluded.blob,
-    task_path = excluded.task_path;
+-- name: set_commit_mode
+-- The same as commit_mode, for a transaction of several statements.
+SELECT set_config('synchronous_commit', %(commit)s, true);
+
+-- name: lock_task_writes
+SELECT task_path, writes FROM lg_writes
+WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(ns)s
+  AND checkpoint_id = %(checkpoint_id)s AND task_id = %(task_id)s
+FOR UPDATE;
+
+-- name: update_task_writes
+UPDATE lg_writes SET task_path = %(task_path)s, writes = %(writes)s
+WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(ns)s
+  AND checkpoint_id = %(checkpoint_id)s AND task_id = %(task_id)s;
 
 -- fragment: checkpoint_columns
 SELECT thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint,
@@ -113,13 +115,13 @@ WHERE (%(before)s::text IS NULL OR checkpoint_id < %(before)s)
 ORDER BY checkpoint_id DESC LIMIT %(limit)s;
 
 -- name: writes_of
--- The pending writes of the keyed checkpoints, in the order LangGraph applies them
--- (writes_sort_key: task_path, task_id, idx).
-SELECT w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.channel, w.type, w.blob
+-- The pending writes of the keyed checkpoints, a row per task, in the order LangGraph applies
+-- them (writes_sort_key: task_path, task_id, then idx: the order packed in a row).
+SELECT w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.writes
 FROM unnest(%(threads)s::text[], %(nss)s::text[], %(ids)s::text[]) AS k (thread_id, ns, id)
 JOIN lg_writes AS w
   ON w.thread_id = k.thread_id AND w.checkpoint_ns = k.ns AND w.checkpoint_id = k.id
-ORDER BY w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_path, w.task_id, w.idx;
+ORDER BY w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_path, w.task_id;
 
 -- name: blobs_of
 -- The keyed blobs and, for a delta, every row of its chain down to the full value it extends.
@@ -215,8 +217,7 @@ WITH c AS (
     FROM lg_blobs WHERE thread_id = %(source)s
     ON CONFLICT DO NOTHING
 )
-INSERT INTO lg_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type,
-                       blob, task_path)
-SELECT %(target)s, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob, task_path
+INSERT INTO lg_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, writes)
+SELECT %(target)s, checkpoint_ns, checkpoint_id, task_id, task_path, writes
 FROM lg_writes WHERE thread_id = %(source)s
 ON CONFLICT DO NOTHING;

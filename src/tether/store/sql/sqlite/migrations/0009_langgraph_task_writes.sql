@@ -1,0 +1,4 @@
+-- Nothing changes on SQLite: Postgres's 0009 packs LangGraph's pending writes into one row per
+-- task (a Postgres row and its index entry cost more than the writes they hold). SQLite's
+-- lg_writes is WITHOUT ROWID (a row is its key, with a few bytes of overhead) and stays one
+-- row per write. Kept so that both dialects number their migrations alike.
