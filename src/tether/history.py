@@ -7,9 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 from . import serde
-from .errors import InvalidState, ResumeConflict
+from .errors import InvalidState, ResumeConflict, RunNotFound, RunPruned
+from .records import iso, to_run
 from .state import State, apply, replay
 from .store.base import CheckpointRecord, RunRecord, Store
+from .types import Run
 
 
 async def load_state(store: Store, run: RunRecord, upto: int | None = None) -> tuple[State, int]:
@@ -71,3 +73,21 @@ async def retry_node(store: Store, run: RunRecord, start_node: Callable[[], str]
     if node is None:  # a failed run's last committed step never finished it
         raise InvalidState(f"run {run.thread_id!r} has no step to run again")
     return node
+
+
+async def record_of(store: Store, thread_id: str) -> RunRecord:
+    """The run's row; RunPruned (with when) if retention removed it, else RunNotFound."""
+    rec = await store.get_run(thread_id)
+    if rec is None:
+        tomb = await store.retention.get_tombstone(thread_id)
+        if tomb is not None:
+            raise RunPruned(f"run {thread_id!r} ({tomb.status}) was pruned by retention at "
+                            f"{iso(tomb.pruned_at)}", thread_id=thread_id,
+                            pruned_at=tomb.pruned_at)
+        raise RunNotFound(f"no run with thread_id {thread_id!r}")
+    return rec
+
+
+async def with_state(store: Store, rec: RunRecord) -> Run:
+    """The run as users see it, with its current state (read back from the log)."""
+    return to_run(rec, (await load_state(store, rec))[0])

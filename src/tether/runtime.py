@@ -21,12 +21,12 @@ from .agent import Agent
 from .config import Settings, resolve
 from .context import Message
 from .deploy import Deployment, Upgrade, WorkerInfo
-from .errors import DefinitionError, InvalidState, RunNotFound, RunPruned, SchemaError
-from .history import load_state, next_node, not_resumed, retry_node, states_after
+from .errors import DefinitionError, InvalidState, RunNotFound, SchemaError
+from .history import load_state, next_node, not_resumed, record_of, retry_node, states_after, with_state
 from .hub import EventHub
 from .llm import add_usage
 from .outbox import EffectHandler
-from .records import checkpoint_of, effect_of, interrupt_of, iso, run_error, statuses_of, to_run
+from .records import checkpoint_of, effect_of, interrupt_of, run_error, to_run
 from .registry import Registry
 from .retention import (
     Age,
@@ -44,7 +44,8 @@ from .store import make_store
 from .store.audit import audit_of, check_audit_query
 from .store.base import NewRun, RunRecord, StatusCounts, Store
 from .tuning import worker_tuned
-from .types import TERMINAL, AuditEvent, Call, Checkpoint, Effect, Interrupt, Run, RunError, RunStatus
+from .types import AuditEvent, Call, Checkpoint, Effect, Interrupt, Run, RunError, RunStatus
+from .waiting import wait_run
 from .worker import Worker
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -312,15 +313,7 @@ class Runtime:
 
     async def _record(self, thread_id: str) -> RunRecord:
         await self.open()
-        rec = await self.store.get_run(thread_id)
-        if rec is None:
-            tomb = await self.store.retention.get_tombstone(thread_id)
-            if tomb is not None:
-                raise RunPruned(f"run {thread_id!r} ({tomb.status}) was pruned by retention at "
-                                f"{iso(tomb.pruned_at)}", thread_id=thread_id,
-                                pruned_at=tomb.pruned_at)
-            raise RunNotFound(f"no run with thread_id {thread_id!r}")
-        return rec
+        return await record_of(self.store, thread_id)
 
     async def list_runs(
         self,
@@ -366,32 +359,8 @@ class Runtime:
         A worker in this process wakes waiters at once and hands over the final state (no
         replay of the log); otherwise one shared poller checks all waited-for runs in one
         query per poll interval, however many waiters there are."""
-        if until is not None:
-            wanted = statuses_of(until)
-            if not wanted <= TERMINAL:
-                return await self._wait_status(thread_id, wanted, timeout)
         await self.open()
-        if not self.hub.driving(thread_id):  # a run a worker here drives exists, not over
-            rec = await self._record(thread_id)
-            if rec.status in TERMINAL:
-                return await self._with_state(rec)
-        end = await self.hub.wait_finished(thread_id, timeout)
-        handed = end.state
-        if handed is not None and end.record is not None and end.record.step == end.step:
-            return to_run(end.record, handed)
-        found = await self._record(thread_id)
-        if handed is not None and found.status in TERMINAL and found.step == end.step:
-            return to_run(found, handed)
-        return await self._with_state(found)  # also: woken by a cancel not finished yet
-
-    async def _wait_status(self, thread_id: str, wanted: frozenset[str],
-                           timeout: float | None) -> Run:
-        async with asyncio.timeout(timeout):
-            while True:
-                rec = await self._record(thread_id)
-                if rec.status in wanted or rec.status in TERMINAL:
-                    return await self._with_state(rec)
-                await self.hub.wait_status(thread_id, wanted, None)
+        return await wait_run(self.store, self.hub, thread_id, timeout, until)
 
     async def retry(self, thread_id: str, *, actor: str | None = None) -> Run:
         """Run a failed run again from its failed step (after a fix to its code, say): the
@@ -606,5 +575,5 @@ class Runtime:
     # -- internals -------------------------------------------------------------------------
 
     async def _with_state(self, rec: RunRecord) -> Run:
-        return to_run(rec, (await load_state(self.store, rec))[0])
+        return await with_state(self.store, rec)
 

@@ -203,19 +203,11 @@ class PostgresStore:
         row = await self._conns.hot_read_one(self._q["get_run"], {"thread_id": thread_id})
         return None if row is None else _run(row)
 
-    async def list_runs(
-        self,
-        *,
-        status: str | None = None,
-        agent: str | None = None,
-        limit: int = 100,
-        before: tuple[float, str] | None = None,
-        version: str | None = None,
-        parent: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        prefix: str | None = None,
-        order: str = "newest",
+    async def list_runs(  # the arguments are RunQuery's (store/listing.py)
+        self, *, status: str | None = None, agent: str | None = None, limit: int = 100,
+        before: tuple[float, str] | None = None, version: str | None = None,
+        parent: str | None = None, since: float | None = None, until: float | None = None,
+        prefix: str | None = None, order: str = "newest",
     ) -> list[RunRecord]:
         if self._code_point_order is None:
             row = await self._conns.read_one(self._q["code_point_order"])

@@ -187,19 +187,11 @@ class SQLiteStore:
         rows = await self._r(lambda c: c.execute(q, {"ids": ids}).fetchall())
         return {r[0]: r[1] for r in rows}
 
-    async def list_runs(
-        self,
-        *,
-        status: str | None = None,
-        agent: str | None = None,
-        limit: int = 100,
-        before: tuple[float, str] | None = None,
-        version: str | None = None,
-        parent: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        prefix: str | None = None,
-        order: str = "newest",
+    async def list_runs(  # the arguments are RunQuery's (store/listing.py)
+        self, *, status: str | None = None, agent: str | None = None, limit: int = 100,
+        before: tuple[float, str] | None = None, version: str | None = None,
+        parent: str | None = None, since: float | None = None, until: float | None = None,
+        prefix: str | None = None, order: str = "newest",
     ) -> list[RunRecord]:
         name, params = RunQuery(
             status=status, agent=agent, version=version, parent=parent, since=since,

@@ -1,0 +1,44 @@
+"""runtime.wait: until a run is finished (handed over by a worker of this process, else seen
+by the hub's shared poller), or until it is in one of the statuses asked for."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+from .history import record_of, with_state
+from .hub import EventHub
+from .records import statuses_of, to_run
+from .store.base import Store
+from .types import TERMINAL, Run
+
+
+async def wait_run(store: Store, hub: EventHub, thread_id: str, timeout: float | None,
+                   until: str | Iterable[str] | None) -> Run:
+    """See Runtime.wait."""
+    if until is not None:
+        wanted = statuses_of(until)
+        if not wanted <= TERMINAL:
+            return await _wait_status(store, hub, thread_id, wanted, timeout)
+    if not hub.driving(thread_id):  # a run a worker here drives exists, not over
+        rec = await record_of(store, thread_id)
+        if rec.status in TERMINAL:
+            return await with_state(store, rec)
+    end = await hub.wait_finished(thread_id, timeout)
+    handed = end.state
+    if handed is not None and end.record is not None and end.record.step == end.step:
+        return to_run(end.record, handed)
+    found = await record_of(store, thread_id)
+    if handed is not None and found.status in TERMINAL and found.step == end.step:
+        return to_run(found, handed)
+    return await with_state(store, found)  # also: woken by a cancel not finished yet
+
+
+async def _wait_status(store: Store, hub: EventHub, thread_id: str, wanted: frozenset[str],
+                       timeout: float | None) -> Run:
+    async with asyncio.timeout(timeout):
+        while True:
+            rec = await record_of(store, thread_id)
+            if rec.status in wanted or rec.status in TERMINAL:
+                return await with_state(store, rec)
+            await hub.wait_status(thread_id, wanted, None)
