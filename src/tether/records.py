@@ -8,8 +8,10 @@ from typing import Any
 
 from . import serde
 from .errors import DefinitionError
-from .store.base import CheckpointRecord, EffectRecord, InterruptRecord, RunRecord
-from .types import Checkpoint, Effect, Interrupt, Run, RunError, RunStatus
+from .store.base import CheckpointRecord, EffectRecord, InterruptRecord, RunRecord, Store
+from .types import Checkpoint, Effect, Interrupt, Run, RunError, RunStatus, SentMessage
+
+MAX_SENT = 1000
 
 
 def run_error(data: bytes | None) -> RunError | None:
@@ -79,3 +81,11 @@ def interrupt_of(rec: InterruptRecord) -> Interrupt:
 def checkpoint_of(cp: CheckpointRecord, state: dict[str, Any]) -> Checkpoint:
     return Checkpoint(cp.thread_id, cp.step, cp.node, cp.next_node, state, cp.kind, cp.worker,
                       cp.attempt, cp.started_at, cp.finished_at)
+
+
+async def sent_by(store: Store, thread_id: str, limit: int) -> list[SentMessage]:
+    """The messages run `thread_id` sent, newest first, at most `limit` (1..MAX_SENT)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SENT:
+        raise DefinitionError(f"limit must be within 1..{MAX_SENT}, got {limit!r}")
+    return [SentMessage(m.id, thread_id, m.recipient, serde.loads(m.message), m.created_at,
+                        m.consumed_step) for m in await store.sent_mail(thread_id, limit)]

@@ -26,7 +26,7 @@ from .history import load_state, next_node, not_resumed, record_of, retry_node, 
 from .hub import EventHub
 from .llm import add_usage
 from .outbox import EffectHandler
-from .records import checkpoint_of, effect_of, interrupt_of, run_error, to_run
+from .records import checkpoint_of, effect_of, interrupt_of, run_error, sent_by, to_run
 from .registry import Registry
 from .retention import (
     Age,
@@ -44,7 +44,7 @@ from .store import make_store
 from .store.audit import audit_of, check_audit_query
 from .store.base import NewRun, RunRecord, StatusCounts, Store
 from .tuning import worker_tuned
-from .types import AuditEvent, Call, Checkpoint, Effect, Interrupt, Run, RunError, RunStatus
+from .types import AuditEvent, Call, Checkpoint, Effect, Interrupt, Run, RunError, RunStatus, SentMessage
 from .waiting import wait_run
 from .worker import Worker
 
@@ -476,6 +476,12 @@ class Runtime:
         await self.open()
         return [Message(m.id, m.sender, serde.loads(m.message), m.created_at)
                 for m in await self.store.load_inbox(thread_id)]
+
+    async def sent(self, thread_id: str, *, limit: int = 100) -> list[SentMessage]:
+        """The messages the run's steps sent, newest first (at most `limit`, 1..1000): to
+        whom, when, and the recipient's step that read each (None: not read yet)."""
+        await self.open()
+        return await sent_by(self.store, thread_id, limit)
 
     async def resume(self, thread_id: str, value: Any = None, *,
                      interrupt_id: str | None = None, actor: str | None = None) -> Interrupt:

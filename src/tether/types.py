@@ -159,6 +159,22 @@ class Call:
 
 
 @dataclass(frozen=True, slots=True)
+class SentMessage:
+    """A message a run's step sent (ctx.send, or to a group: one per recipient): to whom,
+    when, and the recipient's step that read it (`consumed_step`; None: not read yet)."""
+
+    id: int
+    sender: str
+    recipient: str
+    body: Any
+    created_at: float
+    consumed_step: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True, slots=True)
 class Interrupt:
     """A question a run asked a person (ctx.interrupt) and, once answered, the answer."""
 

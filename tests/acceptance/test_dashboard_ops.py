@@ -202,3 +202,51 @@ def test_a_runs_children_are_a_tree(server: Server, context: BrowserContext) -> 
     expect(page).to_have_url(re.compile(r"/ui/runs/fam\.0\.0$"))
     expect(page.locator("dl.summary")).to_contain_text("fam.0")  # its parent
     expect(page.locator("section.children")).to_have_count(0)  # a leaf
+
+
+def test_a_runs_mail_out_beside_its_inbox_read_or_not_live(server: Server,
+                                                           context: BrowserContext) -> None:
+    with server.client() as c:
+        for tid, agent in (("mail-ask", "approval"), ("mail-box", "listener")):
+            r = c.post("/runs", json={"agent": agent, "input": {"item": "x"}, "thread_id": tid})
+            assert r.status_code == 201, r.text
+            wait_status(c, tid, "waiting")
+        r = c.post("/runs", json={"agent": "messenger", "thread_id": "mail-from",
+                                  "input": {"to": ["mail-box", "mail-ask"]}})
+        assert r.status_code == 201, r.text
+        wait_status(c, "mail-from", "completed")
+        # The listener wakes for its message and reads it; the approval waits for a person.
+        wait_until(lambda: c.get("/runs/mail-box").json()["state"].get("got"), 30,
+                   "the listener to read its mail")
+        wait_status(c, "mail-box", "waiting")
+
+        page = context.new_page()
+        page.goto(f"{server.base_url}/ui/runs/mail-from")
+        expect(page.locator("body[data-live=connected]")).to_be_attached()
+        page.evaluate("window.__notReloaded = true")
+        sent = page.locator("section.mail-out tbody tr")
+        expect(sent).to_have_count(2)
+        # Newest first: one step sent both, mail-ask's after mail-box's.
+        expect(sent.nth(0).locator("td").nth(1)).to_have_text("mail-ask")
+        expect(sent.nth(0)).to_contain_text('{"hello":"mail-ask"}')
+        expect(sent.nth(0).locator("td").nth(4)).to_have_text("unread")
+        expect(sent.nth(1).locator("td").nth(1)).to_have_text("mail-box")
+        expect(sent.nth(1).locator("td").nth(4)).to_have_text(re.compile(r"^at step \d+$"))
+        expect(page.locator("section.mail-in")).to_contain_text("No unread messages.")
+
+        # The recipient's page shows the message unread in its mailbox, from mail-from.
+        other = context.new_page()
+        other.goto(f"{server.base_url}/ui/runs/mail-ask")
+        expect(other.locator("section.mail-in tbody tr")).to_contain_text("mail-from")
+        expect(other.locator("section.mail-out")).to_contain_text("This run sent no messages.")
+
+        # Answered, mail-ask's next step reads the message: the sender's page follows live.
+        r = c.post("/runs/mail-ask/resume", json={"value": True})
+        assert r.status_code == 200, r.text
+        wait_status(c, "mail-ask", "completed")
+        expect(sent.nth(0).locator("td").nth(4)).to_have_text(re.compile(r"^at step \d+$"))
+        assert page.evaluate("window.__notReloaded") is True
+        sent.nth(0).get_by_role("link", name="mail-ask").click()
+        expect(page).to_have_url(re.compile(r"/ui/runs/mail-ask$"))
+        expect(page.locator("section.mail-in")).to_contain_text("No unread messages.")
+

@@ -80,6 +80,29 @@ async def beget(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
     return tether.finish({"spawned": kids})
 
 
+messenger = tether.Agent("messenger")
+
+
+@messenger.node(start=True)
+async def post(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
+    """Sends {"hello": recipient} to each run named in `to`, in this one step."""
+    for recipient in state.get("to", []):
+        ctx.send(recipient, {"hello": recipient})
+    return tether.finish({"sent": len(state.get("to", []))})
+
+
+listener = tether.Agent("listener")
+
+
+@listener.node(start=True)
+async def listen(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
+    """An actor: reads its mail (each step consumes what it was given) until "stop"."""
+    got = [*state.get("got", []), *(m.body for m in ctx.inbox)]
+    if "stop" in got:
+        return tether.finish({"got": got})
+    return tether.receive({"got": got})
+
+
 async def notify(payload: dict[str, Any], key: str) -> dict[str, Any]:
     flag = os.environ.get("DASH_FX_OK", "")
     if not flag or not os.path.exists(flag):
@@ -88,7 +111,8 @@ async def notify(payload: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 DB = os.environ.get("TETHER_DB", "sqlite:///tether.db")
-runtime = tether.Runtime(DB, agents=[approval, ticker, notifier, failing, family],
+runtime = tether.Runtime(DB, agents=[approval, ticker, notifier, failing, family,
+                                         messenger, listener],
                          version=os.environ.get("DASH_VERSION", "v1"),
                          lease_ttl=2.0, poll_interval=0.1)
 runtime.effect("notify", retry=tether.RetryPolicy(attempts=1))(notify)

@@ -600,3 +600,37 @@ async def _rec(store: Store, new: NewRun) -> RunRecord:
     run = await store.get_run(new.thread_id)
     assert run is not None
     return run
+
+
+# -- what a run sent ----------------------------------------------------------------------------
+
+
+async def test_sent_mail_lists_what_a_run_sent_newest_first(store: Store) -> None:
+    a, b, c, d = [await create(store) for _ in range(4)]
+    await store.commit_step(commit(await claim(store, b), 1, "waiting", waiting_for="mail",
+                                   groups=[("team", "member")]))
+    await store.commit_step(commit(await claim(store, c), 1, "waiting", waiting_for="mail",
+                                   groups=[("team", "member")]))
+    lease = await claim(store, a)
+    await store.commit_step(commit(lease, 1, messages=[to(b.thread_id, {"n": 0}),
+                                                       to(b.thread_id, {"n": 1})]))
+    await store.commit_step(commit(lease, 2, messages=[to_group("team", "all")]))
+    await store.send_message(b.thread_id, b'"from outside"', sender="ops")
+    # Mail to a, and mail d sent, are not a's.
+    await store.commit_step(commit(await claim(store, d), 1, messages=[to(a.thread_id, "hi")]))
+    first = [m.id for m in await store.load_inbox(b.thread_id)][:1]
+    await store.commit_step(commit(await claim(store, b), 2, "waiting", waiting_for="mail",
+                                   consumed=first))
+    sent = await store.sent_mail(a.thread_id)
+    got = [(m.recipient, orjson.loads(m.message), m.consumed_step) for m in sent]
+    # The group's two rows (one per member, in the store's order), then the older ones.
+    assert sorted(got[:2]) == sorted([(b.thread_id, "all", None), (c.thread_id, "all", None)])
+    assert got[2:] == [(b.thread_id, {"n": 1}, None), (b.thread_id, {"n": 0}, 2)]
+    assert [m.id for m in sent] == sorted((m.id for m in sent), reverse=True)
+    now = await store.now()
+    assert all(abs(m.created_at - now) < 60 for m in sent)
+    assert [m.id for m in await store.sent_mail(a.thread_id, limit=2)] == [m.id for m in sent[:2]]
+    assert [orjson.loads(m.message) for m in await store.sent_mail("ops")] == ["from outside"]
+    assert [m.recipient for m in await store.sent_mail(d.thread_id)] == [a.thread_id]
+    assert await store.sent_mail(b.thread_id) == []
+    assert await store.sent_mail("nobody") == []

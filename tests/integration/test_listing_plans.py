@@ -119,3 +119,42 @@ def test_sqlite_pages_read_an_index_range(sqlite_template: Path, tmp_path: Path)
                 assert plan[0] == WANT_SQLITE[what], (what, analyzed, plan)
                 assert not [p for p in plan if p.startswith("SCAN runs") and "INDEX" not in p]
                 assert len(db.execute(q[name], params).fetchall()) == rows, what
+
+
+# The mail a run sent (the dashboard's "Sent"): an index range of mailbox_sender, not a read of
+# every message. 20,000 messages from 200 senders.
+MAIL_SQLITE = """
+    WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 20000 - 1)
+    INSERT INTO mailbox (thread_id, sender, message, created_at)
+    SELECT 'to', printf('s%03d', i % 200), x'7b7d', i FROM n"""
+MAIL_PG = b"""
+    INSERT INTO mailbox (thread_id, sender, message, created_at)
+    SELECT 'to', 's' || lpad((i % 200)::text, 3, '0'), '\\x7b7d'::bytea, i
+    FROM generate_series(0, 20000 - 1) i"""
+
+
+@pytest.mark.postgres
+def test_postgres_sent_mail_reads_mailbox_sender(pg_url: str) -> None:
+    q = queries("postgres")
+    with psycopg.connect(pg_url, autocommit=True) as pg:
+        pg.execute(MAIL_PG)
+        pg.execute(b"ANALYZE mailbox")
+        (plan,), = pg.execute(("EXPLAIN (ANALYZE, FORMAT JSON) " + q["sent_mail"]).encode(),
+                              {"sender": "s007", "limit": 10}).fetchall()
+        root = plan[0]["Plan"]
+        assert root["Actual Rows"] == 10
+        assert [s[1] for s in _scans(root)] == ["mailbox_sender"], _scans(root)
+        assert _read(root) <= 10
+
+
+def test_sqlite_sent_mail_reads_mailbox_sender(sqlite_template: Path, tmp_path: Path) -> None:
+    path = tmp_path / "mail.db"
+    shutil.copyfile(sqlite_template, path)
+    with closing(sqlite3.connect(path)) as db:
+        db.execute(MAIL_SQLITE)
+        db.commit()
+        params = {"sender": "s007", "limit": 10}
+        q = queries("sqlite")["sent_mail"]
+        plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + q, params)]
+        assert plan == ["SEARCH mailbox USING INDEX mailbox_sender (sender=?)"], plan
+        assert len(db.execute(q, params).fetchall()) == 10

@@ -20,6 +20,7 @@ from tether import (
     Agent,
     Command,
     Context,
+    DefinitionError,
     InvalidState,
     RetryPolicy,
     RunNotFound,
@@ -79,6 +80,18 @@ async def test_each_message_is_consumed_once_in_per_sender_order(db_url: str) ->
         # The actor was handed its mail in several batches (Idle in between).
         assert len({m[3] for m in got}) > 1
         assert await rt.inbox(act.thread_id) == []
+        # runtime.sent: what each sender sent, newest first, read at the actor's steps.
+        for s in ids:
+            sent = await rt.sent(s, limit=1000)
+            assert [(m.sender, m.recipient, m.body) for m in sent] == [
+                (s, "act", {"sender": s, "n": n}) for n in reversed(range(k))]
+            assert {m.id: m.consumed_step for m in sent} == {
+                r.id: r.consumed_step for r in rows if r.sender == s}
+            assert [m.id for m in await rt.sent(s, limit=3)] == [m.id for m in sent[:3]]
+        assert await rt.sent("act") == []
+        for bad in (0, 1001, True, "5"):
+            with pytest.raises(DefinitionError, match=r"limit must be within 1\.\.1000"):
+                await rt.sent(ids[0], limit=bad)  # type: ignore[arg-type]
     finally:
         await rt.close()
 

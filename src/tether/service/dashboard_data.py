@@ -39,6 +39,7 @@ SAMPLE = 1000
 COUNTS_EVERY = 5.0
 """Seconds between two store-wide counts (runtime.status_counts: a full count)."""
 TREE_CAP = 100
+SENT_CAP = 100  # the newest messages a run sent, shown on its page
 """A run page shows at most this many runs of its children tree (then says so)."""
 TREE_DEPTH = 6
 """... and goes at most this many generations down."""
@@ -111,9 +112,10 @@ class Views:
                                    for r in page_runs])}
 
     async def run_live(self, thread_id: str) -> tuple[Run, list[Any], list[Any], list[Any],
-                                                      list[Run], str]:
-        """The run's row (peek: no state), interrupts, effects, mail, direct children and
-        their fingerprint: what the live probe of a run page reads every poll."""
+                                                      list[Any], list[Run], str]:
+        """The run's row (peek: no state), interrupts, effects, mail in (unread) and out
+        (the newest SENT_CAP + 1 it sent), direct children and their fingerprint: what the
+        live probe of a run page reads every poll."""
         rt = self.runtime
         try:
             run = await rt.peek(thread_id)
@@ -122,12 +124,14 @@ class Views:
         interrupts = await rt.interrupts(thread_id=thread_id, status=None, limit=1000)
         effects = await rt.effects(thread_id, limit=1000)
         inbox = await rt.inbox(thread_id)
+        sent = await rt.sent(thread_id, limit=SENT_CAP + 1)
         children = await rt.list_runs(parent=thread_id, order="oldest", limit=TREE_CAP + 1)
         fp = fingerprint([run.status, run.step, run.updated_at, len(inbox),
+                          [(m.id, m.consumed_step) for m in sent],
                           [(i.id, i.status) for i in interrupts],
                           [(e.key, e.status, e.attempts) for e in effects],
                           [(c.thread_id, c.status, c.step) for c in children]])
-        return run, interrupts, effects, inbox, children, fp
+        return run, interrupts, effects, inbox, sent, children, fp
 
     async def tree(self, children: list[Run]) -> tuple[list[Node], int, bool]:
         """The children tree under a run whose direct children are `children` (read with
@@ -159,7 +163,7 @@ class Views:
         return roots, shown, cut
 
     async def run(self, thread_id: str, upto: int | None = None) -> dict[str, Any]:
-        run, interrupts, effects, inbox, children, fp = await self.run_live(thread_id)
+        run, interrupts, effects, inbox, sent, children, fp = await self.run_live(thread_id)
         cps = await self.runtime.checkpoints(thread_id)
         # The state after the last checkpoint is the run's state; before its first step it
         # is the input, which only get() reads.
@@ -170,6 +174,8 @@ class Views:
             run = dataclasses.replace(await self.runtime.get(thread_id), inbox_depth=len(inbox))
         roots, shown, cut = await self.tree(children)
         return {"run": run, "interrupts": interrupts, "effects": effects, "inbox": inbox,
+                "sent": sent[:SENT_CAP], "sent_more": len(sent) > SENT_CAP,
+                "sent_cap": SENT_CAP,
                 "timeline": timeline(cps, upto), "fp": fp,
                 "tree": roots, "tree_size": shown, "tree_cut": cut, "tree_cap": TREE_CAP,
                 "pending": [i for i in interrupts if i.status == "pending"]}
@@ -215,7 +221,7 @@ class Views:
             return lambda: _fp(self.runs(f))
         if kind == "run" and arg and len(arg) <= MAX_ID:
             async def run_probe() -> str:
-                return (await self.run_live(arg))[5]
+                return (await self.run_live(arg))[6]
             return run_probe
         return None
 

@@ -145,6 +145,15 @@ class MessageRecord:
     created_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class SentRecord:  # a message a run sent; consumed_step: the recipient's step that read it
+    id: int
+    recipient: str
+    message: bytes
+    created_at: float
+    consumed_step: int | None
+
+
 INTERRUPT_CALL = "tether.interrupt"
 JOIN_CALL = "tether.join"
 SLEEP_CALL = "tether.sleep"
@@ -476,6 +485,10 @@ class Store(Protocol):
         """Unconsumed messages of the run, oldest first."""
 
     async def inbox_depth(self, thread_id: str) -> int: ...
+
+    async def sent_mail(self, sender: str, limit: int = 100) -> list[SentRecord]:
+        """Messages sent as `sender` (a run's steps send as its thread_id; to a group: a row
+        per recipient), newest first, at most `limit`."""
 
     async def group_members(self, group: str) -> list[str]: ...
 

@@ -43,6 +43,7 @@ from .base import (
     NewRun,
     Park,
     RunRecord,
+    SentRecord,
     StatusCounts,
     StepCommit,
     finished_run,
@@ -455,6 +456,10 @@ class PostgresStore:
             self._q["load_inbox"], {"thread_id": thread_id, "limit": limit})
         return [MessageRecord(*r) for r in rows]
 
+    async def sent_mail(self, sender: str, limit: int = 100) -> list[SentRecord]:
+        rows = await self._conns.read(self._q["sent_mail"], {"sender": sender, "limit": limit})
+        return [SentRecord(*r) for r in rows]
+
     async def inbox_depth(self, thread_id: str) -> int:
         row = await self._conns.hot_read_one(self._q["inbox_depth"], {"thread_id": thread_id})
         return int(row[0]) if row is not None else 0
@@ -589,9 +594,7 @@ class PostgresStore:
         rows = await self._conns.read(self._q["status_counts"], {})
         return StatusCounts.from_rows([tuple(r) for r in rows])
 
-    async def list_audit(
-        self, *, thread_id: str | None = None, action: str | None = None, limit: int = 100,
-        before: int | None = None,
-    ) -> list[AuditRecord]:
+    async def list_audit(self, *, thread_id: str | None = None, action: str | None = None,
+                         limit: int = 100, before: int | None = None) -> list[AuditRecord]:
         params = {"thread_id": thread_id, "action": action, "limit": limit, "before": before}
         return [AuditRecord(*r) for r in await self._conns.read(self._q["list_audit"], params)]

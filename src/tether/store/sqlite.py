@@ -35,6 +35,7 @@ from .base import (
     NewRun,
     Park,
     RunRecord,
+    SentRecord,
     StatusCounts,
     StepCommit,
     finished_run,
@@ -251,9 +252,7 @@ class SQLiteStore:
 
     # -- steps -----------------------------------------------------------------------------
 
-    def record_call(
-        self, lease: Lease, step: int, idx: int, name: str, result: bytes
-    ) -> Awaitable[None]:
+    def record_call(self, lease: Lease, step: int, idx: int, name: str, result: bytes) -> Awaitable[None]:
         # A plain future, not a coroutine: the hot path awaits one object less per call.
         return self._w(Fenced(
             self._q["insert_journal"],
@@ -331,6 +330,10 @@ class SQLiteStore:
         rows = await self._r(lambda c: c.execute(q, {"thread_id": thread_id, "limit": limit}).fetchall())
         return [MessageRecord(*r) for r in rows]
 
+    async def sent_mail(self, sender: str, limit: int = 100) -> list[SentRecord]:
+        q, params = self._q["sent_mail"], {"sender": sender, "limit": limit}
+        return [SentRecord(*r) for r in await self._r(lambda c: c.execute(q, params).fetchall())]
+
     async def inbox_depth(self, thread_id: str) -> int:
         q = self._q["inbox_depth"]
         return int(await self._r(lambda c: c.execute(q, {"thread_id": thread_id}).fetchone()[0]))
@@ -370,9 +373,7 @@ class SQLiteStore:
         if final:
             self.effects_available.set()
 
-    def _compensations(
-        self, thread_id: str, names: Sequence[str]
-    ) -> Callable[[sqlite3.Connection], None]:
+    def _compensations(self, thread_id: str, names: Sequence[str]) -> Callable[[sqlite3.Connection], None]:
         q = self._q["add_compensations"]
         params = {"thread_id": thread_id, "step": COMPENSATION_STEP,
                   "names": orjson.dumps(list(names)).decode()}
@@ -587,10 +588,8 @@ class SQLiteStore:
 
         return await measure_load(query, await self.now(), window)
 
-    async def list_audit(
-        self, *, thread_id: str | None = None, action: str | None = None, limit: int = 100,
-        before: int | None = None,
-    ) -> list[AuditRecord]:
+    async def list_audit(self, *, thread_id: str | None = None, action: str | None = None,
+                         limit: int = 100, before: int | None = None) -> list[AuditRecord]:
         q = self._q["list_audit"]
         params = {"thread_id": thread_id, "action": action, "limit": limit, "before": before}
         return [AuditRecord(*r) for r in await self._r(lambda c: c.execute(q, params).fetchall())]

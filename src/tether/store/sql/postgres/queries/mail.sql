@@ -25,6 +25,13 @@ WHERE thread_id = %(thread_id)s AND consumed_step IS NULL
 ORDER BY id
 LIMIT %(limit)s;
 
+-- name: sent_mail
+-- What a run sent, newest first (mailbox_sender): recipient, when, consumed or not.
+SELECT id, thread_id, message, created_at, consumed_step FROM mailbox
+WHERE sender = %(sender)s::text
+ORDER BY id DESC
+LIMIT %(limit)s;
+
 -- name: inbox_depth
 SELECT count(*) FROM mailbox WHERE thread_id = %(thread_id)s AND consumed_step IS NULL;
 

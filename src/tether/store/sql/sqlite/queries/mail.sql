@@ -26,6 +26,13 @@ UPDATE runs SET status = 'queued', waiting_for = NULL
 WHERE thread_id = :thread_id AND status = 'waiting' AND waiting_for = 'mail'
   AND EXISTS (SELECT 1 FROM mailbox WHERE thread_id = :thread_id AND consumed_step IS NULL);
 
+-- name: sent_mail
+-- What a run sent, newest first (mailbox_sender): recipient, when, consumed or not.
+SELECT id, thread_id, message, created_at, consumed_step FROM mailbox
+WHERE sender = :sender
+ORDER BY id DESC
+LIMIT :limit;
+
 -- name: inbox_depth
 SELECT count(*) FROM mailbox WHERE thread_id = :thread_id AND consumed_step IS NULL;
 
