@@ -250,3 +250,36 @@ def test_a_runs_mail_out_beside_its_inbox_read_or_not_live(server: Server,
         expect(page).to_have_url(re.compile(r"/ui/runs/mail-ask$"))
         expect(page.locator("section.mail-in")).to_contain_text("No unread messages.")
 
+
+def test_retire_a_drained_version_refused_while_it_has_open_runs(two_versions: Server,
+                                                                 context: BrowserContext) -> None:
+    server = two_versions
+    with server.client() as c:
+        tid = start(c, "approval", {"item": "on v1"})  # no weights yet: the server's v1
+        wait_status(c, tid, "waiting")
+        assert c.put("/deployments", json={"weights": {"v1": 0, "v2": 10}}).status_code == 200
+        page = context.new_page()
+        page.goto(f"{server.base_url}/ui/deployments")
+        expect(row(page, "v1").locator("[data-field=state]")).to_have_text("draining")
+        expect(row(page, "v2").get_by_role("button", name="Retire v2")).to_have_count(0)
+        before = c.get("/deployments").json()
+        row(page, "v1").get_by_role("button", name="Retire v1").click()
+        expect(error_banner(page)).to_contain_text(f"version 'v1' still has open runs: {tid}")
+        expect(error_banner(page)).to_contain_text("Nothing was changed.")
+        assert c.get("/deployments").json() == before
+
+        assert c.post(f"/runs/{tid}/cancel").status_code == 200
+        wait_until(lambda: deployment(c, "v1")["state"] == "drained", 30, "v1 drained")
+        page.goto(f"{server.base_url}/ui/deployments")
+        expect(row(page, "v1").locator("[data-field=state]")).to_have_text("drained")
+        row(page, "v1").get_by_role("button", name="Retire v1").click()
+        expect(page.locator(".notice")).to_have_text("Retired: that version never takes a run "
+                                                     "again.")
+        expect(row(page, "v1").locator("[data-field=state]")).to_have_text("retired")
+        expect(row(page, "v1").get_by_role("button")).to_have_count(0)
+        expect(page.get_by_role("form", name="Routing weights").get_by_label("v1")
+               ).to_have_count(0)
+        assert deployment(c, "v1")["state"] == "retired"
+        events = c.get("/audit").json()["events"]
+        assert [(e["action"], e["actor"], e["target"]) for e in events
+                if e["action"] == "retire"] == [("retire", "dashboard", "v1")]

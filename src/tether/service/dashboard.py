@@ -64,6 +64,7 @@ NOTICES = {
     "run-retried": "Run queued again from its failed step.",
     "routed": "Weights saved: new runs are routed by them.",
     "drained": "Draining: no new run goes to that version; its open runs finish on it.",
+    "retired": "Retired: that version never takes a run again.",
     "signed-out": "Signed out.",
 }
 
@@ -483,8 +484,19 @@ def dashboard_router(
         record(request, "drain", version=version)
         return done(request, "/ui/deployments", "drained")
 
+    async def do_retire(request: Request, fields: dict[str, str]) -> Response:
+        version = check_id(fields.get("version"), "Version")
+        try:
+            await runtime.retire(version, actor=actor)
+        except (DefinitionError, InvalidState) as exc:
+            raise Refused(409 if isinstance(exc, InvalidState) else 400,
+                          f"{exc}. Nothing was changed.") from None
+        record(request, "retire", version=version)
+        return done(request, "/ui/deployments", "retired")
+
     router.add_api_route("/ui/deployments/route", action(do_route, back_to), methods=["POST"])
     router.add_api_route("/ui/deployments/drain", action(do_drain, back_to), methods=["POST"])
+    router.add_api_route("/ui/deployments/retire", action(do_retire, back_to), methods=["POST"])
     router.add_api_route("/ui/runs/{thread_id:path}/cancel", action(do_cancel, back_to_run),
                          methods=["POST"])
     router.add_api_route("/ui/runs/{thread_id:path}/fork", action(do_fork, back_to_run),
