@@ -278,8 +278,10 @@ class Runtime:
         a = self.agent(agent)
         data = starting.check_args(input, thread_id, idempotency_key)
         await self.open()
-        new = starting.new_run(a, data, thread_id, idempotency_key, version,
-                               await self._deploys.current_routes(), self.version)
+        routes = await self._deploys.current_routes()
+        if version is not None and version != self.version and version not in routes.known:
+            routes = await self._deploys.read_routes()  # it may have registered just now
+        new = starting.new_run(a, data, thread_id, idempotency_key, version, routes, self.version)
         new = starting.traced(new, self.hub, traceparent)
         audit = audit_of(actor, "start", new.thread_id, new.thread_id,
                          {"agent": a.name, "version": new.version,

@@ -8,7 +8,7 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import click
@@ -20,6 +20,7 @@ from ..errors import AppImportError, ConfigError, TetherError
 from ..runtime import Runtime
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 # Usage errors (a bad option) exit with click's 2, as tether's own errors do.
 USER_ERROR = 2
@@ -98,6 +99,37 @@ def run(main: Coroutine[Any, Any, int], verbose: bool = False) -> int:
         return USER_ERROR
     except KeyboardInterrupt:
         return 130
+
+
+def on_runtime(db: str | None, app: str | None, verbose: bool,
+               act: Callable[[Runtime], Awaitable[T]], *, as_json: bool,
+               show: Callable[[T], object], to_json: Callable[[T], Any] | None = None,
+               need_app: bool = False) -> int:
+    """What most commands are: `act` on the command's Runtime (closed after, whatever
+    happens), then its result shown: `to_json(result)` (default: its to_dict()) as JSON with
+    --json, else `show(result)`; exit status 0, or 2 with the message of a tether error."""
+
+    async def main() -> int:
+        rt = runtime_for(db, app, need_app=need_app)
+        try:
+            result = await act(rt)
+        finally:
+            await rt.close()
+        if as_json:
+            dump(to_json(result) if to_json is not None else result.to_dict())  # type: ignore[attr-defined]
+        else:
+            show(result)
+        return 0
+
+    return run(main(), verbose)
+
+
+def json_value(text: str, flag: str) -> Any:
+    """An option's JSON, or a ConfigError naming the flag."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"{flag} is not valid JSON: {exc}") from None
 
 
 def cli_actor() -> str:

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import click
 import orjson
 
+from ..runtime import Runtime
 from ..store.base import AUDIT_ACTIONS
-from ._common import POSITIVE_INT, connection_options, console, dump, json_option, run, runtime_for
+from ._common import (
+    POSITIVE_INT,
+    connection_options,
+    console,
+    json_option,
+    on_runtime,
+)
 from ._root import cli
 
 
@@ -23,15 +31,7 @@ from ._root import cli
 @json_option
 def audit(thread: str | None, action: str | None, limit: int, before: int | None,
           db: str | None, app: str | None, verbose: bool, as_json: bool) -> int:
-    async def main() -> int:
-        rt = runtime_for(db, app)
-        try:
-            events = await rt.audit(thread_id=thread, action=action, limit=limit, before=before)
-        finally:
-            await rt.close()
-        if as_json:
-            dump([e.to_dict() for e in events])
-            return 0
+    def show(events: Any) -> None:
         from rich.table import Table
 
         table = Table("id", "time (UTC)", "actor", "action", "thread_id", "target", "details")
@@ -40,6 +40,9 @@ def audit(thread: str | None, action: str | None, limit: int, before: int | None
             table.add_row(str(e.id), when, e.actor, e.action, e.thread_id or "", e.target or "",
                           orjson.dumps(e.details).decode())
         console().print(table)
-        return 0
 
-    return run(main(), verbose)
+    async def act(rt: Runtime) -> Any:
+        return await rt.audit(thread_id=thread, action=action, limit=limit, before=before)
+
+    return on_runtime(db, app, verbose, act, as_json=as_json,
+                      to_json=lambda events: [e.to_dict() for e in events], show=show)

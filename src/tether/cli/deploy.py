@@ -11,6 +11,7 @@ import click
 
 from ..deploy import OPEN, Deployment
 from ..errors import ConfigError
+from ..runtime import Runtime
 from ._common import (
     POSITIVE_FLOAT,
     cli_actor,
@@ -18,6 +19,7 @@ from ._common import (
     console,
     dump,
     json_option,
+    on_runtime,
     run,
     runtime_for,
 )
@@ -103,20 +105,11 @@ def _weights(pairs: tuple[str, ...]) -> dict[str, int]:
 @json_option
 def route(weights: tuple[str, ...], db: str | None, app: str | None, verbose: bool,
           as_json: bool) -> int:
-    async def main() -> int:
-        table = _weights(weights)
-        rt = runtime_for(db, app)
-        try:
-            found = await rt.route(table, actor=cli_actor())
-        finally:
-            await rt.close()
-        if as_json:
-            dump([d.as_dict() for d in found])
-        else:
-            _table(found)
-        return 0
+    async def act(rt: Runtime) -> list[Deployment]:
+        return await rt.route(_weights(weights), actor=cli_actor())
 
-    return run(main(), verbose)
+    return on_runtime(db, app, verbose, act, as_json=as_json, show=_table,
+                      to_json=lambda found: [d.as_dict() for d in found])
 
 
 @deploy.command("drain", help="weight 0 for a version: its open runs finish on it, no new one "
@@ -163,19 +156,9 @@ def drain(version: str, wait_: bool, timeout: float | None, db: str | None, app:
 @connection_options
 @json_option
 def retire(version: str, db: str | None, app: str | None, verbose: bool, as_json: bool) -> int:
-    async def main() -> int:
-        rt = runtime_for(db, app)
-        try:
-            d = await rt.retire(version, actor=cli_actor())
-        finally:
-            await rt.close()
-        if as_json:
-            dump(d.as_dict())
-        else:
-            print(f"{version}: retired")
-        return 0
-
-    return run(main(), verbose)
+    return on_runtime(db, app, verbose, lambda rt: rt.retire(version, actor=cli_actor()),
+                      as_json=as_json, to_json=lambda d: d.as_dict(),
+                      show=lambda d: print(f"{version}: retired"))
 
 
 @runs.command("upgrade", help="move parked runs (queued, waiting, sleeping) to another version, "

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 import orjson
 
 from ..errors import InvalidState
+from ..runtime import Runtime
 from ._common import (
     POSITIVE_INT,
     cli_actor,
@@ -14,6 +17,7 @@ from ._common import (
     dump,
     id_column,
     json_option,
+    on_runtime,
     run,
     runtime_for,
 )
@@ -35,15 +39,7 @@ def effects() -> None:
 @json_option
 def list_(thread: str | None, status: str | None, limit: int, db: str | None, app: str | None,
           verbose: bool, as_json: bool) -> int:
-    async def main() -> int:
-        rt = runtime_for(db, app)
-        try:
-            found = await rt.effects(thread, status=status, limit=limit)
-        finally:
-            await rt.close()
-        if as_json:
-            dump([e.to_dict() for e in found])
-            return 0
+    def show(found: Any) -> None:
         from rich.table import Table
 
         table = Table()
@@ -55,9 +51,12 @@ def list_(thread: str | None, status: str | None, limit: int, db: str | None, ap
             table.add_row(e.thread_id, e.key, e.name, e.status, str(e.attempts), e.error or "",
                           "" if e.result is None else orjson.dumps(e.result).decode()[:60])
         console().print(table)
-        return 0
 
-    return run(main(), verbose)
+    async def act(rt: Runtime) -> Any:
+        return await rt.effects(thread, status=status, limit=limit)
+
+    return on_runtime(db, app, verbose, act, as_json=as_json,
+                      to_json=lambda found: [e.to_dict() for e in found], show=show)
 
 
 @effects.command("retry", help="retry a dead effect now")

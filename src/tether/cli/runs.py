@@ -22,6 +22,8 @@ from ._common import (
     dump,
     id_column,
     json_option,
+    json_value,
+    on_runtime,
     run,
     runtime_for,
 )
@@ -45,28 +47,16 @@ def runs() -> None:
 def start(agent: str, input_: str | None, thread_id: str | None, idempotency_key: str | None,
           wait: float | None, db: str | None, app: str | None, verbose: bool,
           as_json: bool) -> int:
-    async def main() -> int:
-        rt = runtime_for(db, app, need_app=True)
-        try:
-            data = orjson.loads(input_) if input_ else {}
-        except orjson.JSONDecodeError as exc:
-            raise ConfigError(f"--input is not valid JSON: {exc}") from None
+    async def act(rt: Runtime) -> Run:
+        data = json_value(input_, "--input") if input_ else {}
         if not isinstance(data, dict):
             raise ConfigError("--input must be a JSON object")
-        try:
-            r = await rt.start(agent, data, thread_id=thread_id, idempotency_key=idempotency_key,
-                               actor=cli_actor())
-            if wait:
-                r = await _wait(rt, r, wait, None)
-        finally:
-            await rt.close()
-        if as_json:
-            dump(r.to_dict())
-        else:
-            print(f"{r.thread_id} {r.status.value}")
-        return 0
+        r = await rt.start(agent, data, thread_id=thread_id, idempotency_key=idempotency_key,
+                           actor=cli_actor())
+        return await _wait(rt, r, wait, None) if wait else r
 
-    return run(main(), verbose)
+    return on_runtime(db, app, verbose, act, as_json=as_json, show=_print_status,
+                      need_app=True)
 
 
 async def _wait(rt: Runtime, r: Run, timeout: float, until: tuple[str, ...] | None) -> Run:
@@ -95,19 +85,10 @@ STATUSES = tuple(s.value for s in RunStatus)
 @json_option
 def wait(thread_id: str, until: tuple[str, ...], timeout: float, db: str | None,
          app: str | None, verbose: bool, as_json: bool) -> int:
-    async def main() -> int:
-        rt = runtime_for(db, app)
-        try:
-            r = await _wait(rt, await rt.peek(thread_id), timeout, until)
-        finally:
-            await rt.close()
-        if as_json:
-            dump(r.to_dict())
-        else:
-            print(f"{r.thread_id} {r.status.value}")
-        return 0
+    async def act(rt: Runtime) -> Run:
+        return await _wait(rt, await rt.peek(thread_id), timeout, until)
 
-    return run(main(), verbose)
+    return on_runtime(db, app, verbose, act, as_json=as_json, show=_print_status)
 
 
 @runs.command("list", help="list runs, newest first")
@@ -119,15 +100,7 @@ def wait(thread_id: str, until: tuple[str, ...], timeout: float, db: str | None,
 @json_option
 def list_(status: str | None, agent: str | None, limit: int, db: str | None, app: str | None,
           verbose: bool, as_json: bool) -> int:
-    async def main() -> int:
-        rt = runtime_for(db, app)
-        try:
-            found = await rt.list_runs(status=status, agent=agent, limit=limit, inbox=True)
-        finally:
-            await rt.close()
-        if as_json:
-            dump([{k: v for k, v in r.to_dict().items() if k != "state"} for r in found])
-            return 0
+    def show(found: Any) -> None:
         from rich.table import Table
 
         table = Table()
@@ -140,9 +113,13 @@ def list_(status: str | None, agent: str | None, limit: int, db: str | None, app
                           str(r.inbox_depth or 0), str(r.step), r.node or "", r.version,
                           str(r.attempt), str(r.error or ""))
         console().print(table)
-        return 0
 
-    return run(main(), verbose)
+    async def act(rt: Runtime) -> Any:
+        return await rt.list_runs(status=status, agent=agent, limit=limit, inbox=True)
+
+    return on_runtime(db, app, verbose, act, as_json=as_json,
+                      to_json=lambda found: [{k: v for k, v in r.to_dict().items() if k != "state"}
+                                             for r in found], show=show)
 
 
 @runs.command("show", help="show one run and its state")
@@ -150,19 +127,12 @@ def list_(status: str | None, agent: str | None, limit: int, db: str | None, app
 @connection_options
 @json_option
 def show(thread_id: str, db: str | None, app: str | None, verbose: bool, as_json: bool) -> int:
-    async def main() -> int:
-        rt = runtime_for(db, app)
-        try:
-            r = await rt.get(thread_id)
-        finally:
-            await rt.close()
-        if as_json:
-            dump(r.to_dict())
-        else:
-            _print_run(r)
-        return 0
+    return on_runtime(db, app, verbose, lambda rt: rt.get(thread_id), as_json=as_json,
+                      show=_print_run)
 
-    return run(main(), verbose)
+
+def _print_status(r: Run) -> None:
+    print(f"{r.thread_id} {r.status.value}")
 
 
 def _print_run(r: Run) -> None:
@@ -188,24 +158,12 @@ def _print_run(r: Run) -> None:
 @json_option
 def resume(thread_id: str, value: str, interrupt_id: str | None, db: str | None,
            app: str | None, verbose: bool, as_json: bool) -> int:
-    async def main() -> int:
-        rt = runtime_for(db, app)
-        try:
-            answer = orjson.loads(value)
-        except orjson.JSONDecodeError as exc:
-            raise ConfigError(f"--value is not valid JSON: {exc}") from None
-        try:
-            answered = await rt.resume(thread_id, answer, interrupt_id=interrupt_id,
-                                       actor=cli_actor())
-        finally:
-            await rt.close()
-        if as_json:
-            dump(answered.to_dict())
-        else:
-            print(f"resumed {answered.thread_id}: interrupt {answered.id} answered")
-        return 0
+    async def act(rt: Runtime) -> Interrupt:
+        return await rt.resume(thread_id, json_value(value, "--value"),
+                               interrupt_id=interrupt_id, actor=cli_actor())
 
-    return run(main(), verbose)
+    return on_runtime(db, app, verbose, act, as_json=as_json, show=lambda a: print(
+        f"resumed {a.thread_id}: interrupt {a.id} answered"))
 
 
 @runs.command("cancel", help="cancel a run now")
@@ -214,19 +172,8 @@ def resume(thread_id: str, value: str, interrupt_id: str | None, db: str | None,
 @json_option
 def cancel(thread_id: str, db: str | None, app: str | None, verbose: bool,
            as_json: bool) -> int:
-    async def main() -> int:
-        rt = runtime_for(db, app)
-        try:
-            r = await rt.cancel(thread_id, actor=cli_actor())
-        finally:
-            await rt.close()
-        if as_json:
-            dump(r.to_dict())
-        else:
-            print(f"{r.thread_id} {r.status.value}")
-        return 0
-
-    return run(main(), verbose)
+    return on_runtime(db, app, verbose, lambda rt: rt.cancel(thread_id, actor=cli_actor()),
+                      as_json=as_json, show=_print_status)
 
 
 @runs.command("retry", help="run a failed run again from its failed step (after a fix)")
@@ -234,19 +181,10 @@ def cancel(thread_id: str, db: str | None, app: str | None, verbose: bool,
 @connection_options
 @json_option
 def retry(thread_id: str, db: str | None, app: str | None, verbose: bool, as_json: bool) -> int:
-    async def main() -> int:
-        rt = runtime_for(db, app, need_app=True)
-        try:
-            r = await rt.retry(thread_id, actor=cli_actor())
-        finally:
-            await rt.close()
-        if as_json:
-            dump(r.to_dict())
-        else:
-            print(f"{r.thread_id} {r.status.value} (retrying node {r.node} after step {r.step})")
-        return 0
-
-    return run(main(), verbose)
+    return on_runtime(db, app, verbose, lambda rt: rt.retry(thread_id, actor=cli_actor()),
+                      as_json=as_json, need_app=True, show=lambda r: print(
+                          f"{r.thread_id} {r.status.value} (retrying node {r.node} after step "
+                          f"{r.step})"))
 
 
 @runs.command("send", help="put a message in a run's mailbox (an idle actor wakes)")
@@ -257,23 +195,16 @@ def retry(thread_id: str, db: str | None, app: str | None, verbose: bool, as_jso
 @json_option
 def send(thread_id: str, message: str, sender: str | None, db: str | None, app: str | None,
          verbose: bool, as_json: bool) -> int:
-    async def main() -> int:
-        try:
-            body = orjson.loads(message)
-        except orjson.JSONDecodeError as exc:
-            raise ConfigError(f"--message is not valid JSON: {exc}") from None
-        rt = runtime_for(db, app)
-        try:
-            mid = await rt.send(thread_id, body, sender=sender, actor=cli_actor())
-        finally:
-            await rt.close()
-        if as_json:
-            dump({"id": mid, "thread_id": thread_id, "sender": sender, "message": body})
-        else:
-            print(f"sent message {mid} to {thread_id}")
-        return 0
+    body: list[Any] = []
 
-    return run(main(), verbose)
+    async def act(rt: Runtime) -> int:
+        body.append(json_value(message, "--message"))
+        return await rt.send(thread_id, body[0], sender=sender, actor=cli_actor())
+
+    return on_runtime(db, app, verbose, act, as_json=as_json,
+                      to_json=lambda mid: {"id": mid, "thread_id": thread_id, "sender": sender,
+                                           "message": body[0]},
+                      show=lambda mid: print(f"sent message {mid} to {thread_id}"))
 
 
 @runs.command("fork", help="start a new run from the state after a step of this one")
@@ -285,20 +216,11 @@ def send(thread_id: str, message: str, sender: str | None, db: str | None, app: 
 @json_option
 def fork(thread_id: str, step: int, new_thread_id: str | None, db: str | None,
          app: str | None, verbose: bool, as_json: bool) -> int:
-    async def main() -> int:
-        rt = runtime_for(db, app, need_app=True)
-        try:
-            r = await rt.fork(thread_id, step, new_thread_id=new_thread_id,
-                               actor=cli_actor())
-        finally:
-            await rt.close()
-        if as_json:
-            dump(r.to_dict())
-        else:
-            print(f"{r.thread_id} {r.status.value} (forked from {thread_id} at step {step})")
-        return 0
+    async def act(rt: Runtime) -> Run:
+        return await rt.fork(thread_id, step, new_thread_id=new_thread_id, actor=cli_actor())
 
-    return run(main(), verbose)
+    return on_runtime(db, app, verbose, act, as_json=as_json, need_app=True, show=lambda r: print(
+        f"{r.thread_id} {r.status.value} (forked from {thread_id} at step {step})"))
 
 
 @cli.command("checkpoints", help="a run's checkpoint log")
@@ -308,15 +230,7 @@ def fork(thread_id: str, step: int, new_thread_id: str | None, db: str | None,
 @json_option
 def checkpoints(thread_id: str, state: bool, db: str | None, app: str | None, verbose: bool,
                 as_json: bool) -> int:
-    async def main() -> int:
-        rt = runtime_for(db, app)
-        try:
-            cps = await rt.checkpoints(thread_id)
-        finally:
-            await rt.close()
-        if as_json:
-            dump([_cp_dict(cp, state) for cp in cps])
-            return 0
+    def show(cps: Any) -> None:
         from rich.table import Table
 
         table = Table("step", "node", "next", "kind", "worker", "attempt", "ms", "state keys",
@@ -326,9 +240,9 @@ def checkpoints(thread_id: str, state: bool, db: str | None, app: str | None, ve
                           cp.worker,
                           str(cp.attempt), f"{cp.duration * 1000:.1f}", ",".join(cp.state))
         console().print(table)
-        return 0
 
-    return run(main(), verbose)
+    return on_runtime(db, app, verbose, lambda rt: rt.checkpoints(thread_id), as_json=as_json,
+                      to_json=lambda cps: [_cp_dict(cp, state) for cp in cps], show=show)
 
 
 KINDS = {"d": "delta", "s": "snapshot"}

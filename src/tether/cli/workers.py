@@ -5,10 +5,11 @@ instead of waiting out their TTL."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 
-from ._common import cli_actor, connection_options, console, dump, json_option, run, runtime_for
+from ._common import cli_actor, connection_options, console, dump, json_option, on_runtime, run, runtime_for
 from ._root import cli
 
 
@@ -23,18 +24,10 @@ def workers(ctx: click.Context, db: str | None, app: str | None, verbose: bool,
     if ctx.invoked_subcommand is not None:
         return 0
 
-    async def main() -> int:
-        rt = runtime_for(db, app)
-        try:
-            found = await rt.workers()
-        finally:
-            await rt.close()
-        if as_json:
-            dump([w.as_dict() for w in found])
-            return 0
+    def show(found: Any) -> None:
         if not found:
             print("no workers registered")
-            return 0
+            return
         from rich.table import Table
 
         now = time.time()
@@ -45,9 +38,9 @@ def workers(ctx: click.Context, db: str | None, app: str | None, verbose: bool,
                           f"{w.busy}/{w.concurrency}", f"{now - w.started_at:.0f}s ago",
                           f"{now - w.last_seen:.1f}s ago")
         console().print(table)
-        return 0
 
-    return run(main(), verbose)
+    return on_runtime(db, app, verbose, lambda rt: rt.workers(), as_json=as_json,
+                      to_json=lambda found: [w.as_dict() for w in found], show=show)
 
 
 @workers.command("release", help="give back every run and effect a worker leases now (any worker "
