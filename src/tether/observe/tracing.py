@@ -195,6 +195,10 @@ class _RunTrace:
                         "tether.version": self.version, "tether.worker": self.worker,
                         "tether.step": step, "tether.node": node or "",
                         "tether.attempt": attempt, **extra})
+        if self.calls and not span.is_recording():
+            # Not sampled: its calls' spans would hang under a span nobody records (the SDK's
+            # samplers decide them alike: by the parent, or by the same trace id).
+            self.calls.clear()
         if self.calls:
             inside = None
             for name, replayed, t0, t1, llm in self.calls:
