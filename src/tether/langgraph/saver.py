@@ -19,9 +19,10 @@ daemon thread (setup() runs there), so sync graphs need no loop of their own.
 Storage (migration 0005): one row per checkpoint, holding its small scalar channel values
 (None, bools, numbers, short strings) and not the others; one row per version of each other
 channel (a value unchanged since the last checkpoint is not written again; a list that only
-grew is written as the items it gained, see _blobs.py); one row per pending write, keyed
+grew is written as the items it gained, see _blobs.py); pending writes deduplicated by
 (task_id, idx) so a task's writes are stored once, special writes (ERROR, INTERRUPT, ...)
-replacing the task's earlier ones. Checkpoint and blob values go through `self.serde`
+replacing the task's earlier ones (SQLite: a row per write; Postgres, migration 0009: a row
+per task, its writes packed). Checkpoint and blob values go through `self.serde`
 (LangGraph's JsonPlusSerializer unless given another); metadata is JSON, filterable on any key.
 """
 
