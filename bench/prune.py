@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 import tether
+from tether.bench.checkpoint import w2_agent, w2_delays
 from tether.bench.common import bench_db, pg_bytes, sqlite_bytes, sqlite_path
 
 DAY = 86400.0
@@ -110,31 +111,26 @@ async def db_bytes(url: str) -> int:
 
 
 async def w2(url: str, runs: int, seed: int) -> float:
-    """W2's shape: `runs` runs of 5 steps each sleeping 50-150 ms; wall / ideal."""
-    import random
-
-    agent = tether.Agent(f"w2_{seed}")
-
-    @agent.node(start=True)
-    async def step(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
-        await asyncio.sleep(state["sleeps"][state.get("k", 0)])
-        k = state.get("k", 0) + 1
-        return tether.finish({"k": k}) if k == 5 else tether.goto("step", {"k": k})
-
-    plans = [[random.Random(i).uniform(0.05, 0.15) for _ in range(5)] for i in range(runs)]
-    ideal = max(sum(p) for p in plans)
-    rt = tether.Runtime(url, agents=[agent], version="bench")
-    try:
+    """W2 as `python -m bench.workloads W2` runs it (tether.bench.checkpoint): `runs` runs
+    started at once, 5 steps each, one journaled simulated LLM call a step, one worker with
+    concurrency = runs in this process; wall / ideal. `seed` keeps each round's ids apart."""
+    delays = [w2_delays(i) for i in range(runs)]
+    ideal = max(sum(d) for d in delays)
+    rt = tether.Runtime(url, agents=[w2_agent], version="bench")
+    async with rt:
         stop = asyncio.Event()
         worker = asyncio.create_task(rt.work(concurrency=runs, stop=stop, tune=True))
+        await asyncio.sleep(0)  # the worker is up and polling before the clock starts
         t0 = time.perf_counter()
-        started = [await rt.start(agent, {"sleeps": p}) for p in plans]
-        await asyncio.gather(*(rt.wait(r.thread_id) for r in started))
+        started = await asyncio.gather(*(
+            rt.start(w2_agent, {"delays": d, "replies": []}, thread_id=f"w2-{seed}-{i:05d}")
+            for i, d in enumerate(delays)))
+        done = await asyncio.gather(*(rt.wait(r.thread_id) for r in started))
         wall = time.perf_counter() - t0
         stop.set()
         await worker
-    finally:
-        await rt.close()
+    if any(r.status is not tether.RunStatus.COMPLETED for r in done):
+        raise RuntimeError("W2: some runs did not complete")
     return wall / ideal
 
 
@@ -204,18 +200,19 @@ async def main(backend: str, runs: int, steps: int, w2_runs: int, beside_runs: i
         result("freed_bytes", report.freed_bytes, "B")
         result("db_bytes_pruned", await db_bytes(url), "B")
         result("fill_beside_s", await fill(url, runs, beside_runs, steps), "s")
+        await w2(url, min(w2_runs, 200), 0)  # warm-up (imports, first connections): not counted
         alone: list[float] = []
         beside: list[float] = []
         for r in range(rounds):  # alternate which goes first, so drift falls on both alike
             for with_prune in ((False, True) if r % 2 == 0 else (True, False)):
                 if with_prune:
-                    ratio, busy = await w2_beside_prune(url, w2_runs, 2 * r + 1)
+                    ratio, busy = await w2_beside_prune(url, w2_runs, 2 * r + 3)
                     if not busy:
                         raise RuntimeError("the prune ended before W2: fill more runs "
                                            "(--beside-runs)")
                     beside.append(ratio)
                 else:
-                    alone.append(await w2(url, w2_runs, 2 * r))
+                    alone.append(await w2(url, w2_runs, 2 * r + 2))
                 print(f"round {r + 1} {'beside' if with_prune else 'alone '} "
                       f"{(beside if with_prune else alone)[-1]:.3f}", file=sys.stderr)
         result("w2_wall_over_ideal_alone", statistics.median(alone), "x")
