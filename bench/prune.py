@@ -152,26 +152,32 @@ def _tombstones(url: str) -> int:
 
 async def w2_beside_prune(url: str, w2_runs: int, seed: int) -> tuple[float, bool]:
     """W2 while a `tether prune` process removes runs of the second set: (wall / ideal,
-    whether the prune was still at work when W2 ended). The prune is stopped by SIGINT (it
-    drops its lease), so the next round's prune starts at once and goes on from there."""
-    env = {**os.environ, "TETHER_DB": ""}
+    whether the prune was still at work when W2 ended). The prune is stopped by SIGINT; its
+    lease (TETHER_LEASE_TTL=2 s here) may outlive it, so a prune told another is at work is
+    started again until it gets the lease."""
+    env = {**os.environ, "TETHER_DB": "", "TETHER_LEASE_TTL": "2"}
     before = await asyncio.to_thread(_tombstones, url)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tether", "prune", "--completed", "30d", "--db", url, "--json",
-        env=env, stdout=asyncio.subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while await asyncio.to_thread(_tombstones, url) <= before:  # the prune is at work
-            if proc.returncode is not None or time.monotonic() > deadline:
-                raise RuntimeError("the prune did not start removing runs")
-            await asyncio.sleep(0.05)
-        ratio = await w2(url, w2_runs, seed)
-        busy = proc.returncode is None
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGINT)
-        await asyncio.wait_for(proc.wait(), 60)
-    return ratio, busy
+    deadline = time.monotonic() + 120
+    while True:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tether", "prune", "--completed", "30d", "--db", url,
+            "--json", env=env, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL)
+        try:
+            while await asyncio.to_thread(_tombstones, url) <= before:  # at work yet?
+                if proc.returncode is not None or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                ratio = await w2(url, w2_runs, seed)
+                return ratio, proc.returncode is None
+        finally:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGINT)
+            await asyncio.wait_for(proc.wait(), 60)
+        if time.monotonic() > deadline:
+            raise RuntimeError("the prune did not start removing runs")
+        await asyncio.sleep(0.5)
 
 
 async def main(backend: str, runs: int, steps: int, w2_runs: int, beside_runs: int,
