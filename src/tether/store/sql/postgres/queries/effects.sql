@@ -77,7 +77,7 @@ WITH u AS (
                           + coalesce(%(delay)s::float8, 0),
         error = %(error)s, lease_owner = NULL, lease_expires_at = NULL
     WHERE thread_id = %(thread_id)s AND key = %(key)s AND epoch = %(epoch)s
-      AND status = 'running'
+      AND status || '' = 'running'
     RETURNING status
 ),
 fx AS MATERIALIZED (SELECT pg_notify('tether_effects', '') FROM u WHERE status = 'pending')

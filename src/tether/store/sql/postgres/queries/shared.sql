@@ -30,7 +30,7 @@ thread_id, step, node, next_node, kind, data, worker, attempt, started_at, finis
         lease_owner = CASE WHEN %(status)s = 'running' THEN lease_owner END,
         lease_expires_at = CASE WHEN %(status)s = 'running' THEN lease_expires_at END,
         updated_at = extract(epoch FROM clock_timestamp())::float8
-    WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status = 'running'
+    WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status || '' = 'running'
 
 -- fragment: step_checkpoint
     INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,

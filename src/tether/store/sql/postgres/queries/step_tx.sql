@@ -129,7 +129,7 @@ u AS (
     SET status = 'failed', node = NULL, failures = %(failures)s, wake_at = %(wake_at)s::float8,
         error = %(error)s::bytea, lease_owner = NULL, lease_expires_at = NULL,
         updated_at = extract(epoch FROM clock_timestamp())::float8
-    WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status = 'running'
+    WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status || '' = 'running'
     RETURNING thread_id, parent_thread_id
 ),
 {{compensations}},
@@ -156,7 +156,7 @@ u AS (
         wake_at = extract(epoch FROM clock_timestamp())::float8 + %(seconds)s::float8,
         lease_owner = NULL, lease_expires_at = NULL, attempt = 0, failures = 0,
         updated_at = extract(epoch FROM clock_timestamp())::float8
-    WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status = 'running'
+    WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status || '' = 'running'
     RETURNING thread_id
 ),
 k AS (
