@@ -36,7 +36,7 @@ from .dashboard_auth import COOKIE, SESSION_TTL, UiAuth
 from .dashboard_data import Views
 from .dashboard_input import Refused, RunFilter, check_id, parse_weights
 from .dashboard_live import LiveHub
-from .dashboard_render import environment, render, state_diff
+from .dashboard_render import environment, render, state_diff, view_url
 from .events import encode
 
 log = logging.getLogger("tether.dashboard")
@@ -128,9 +128,11 @@ def dashboard_router(
             "csrf": auth.csrf(v.nonce) if v is not None else "",
             "can_act": not read_only, "read_only": read_only, "signed_in": auth.required,
             "now": time.time(), "notice": notice, "error": None, "live": None,
-            "path": request.url.path, "fp": "",
+            "path": request.url.path, "fp": "", "view": None,
             "nav": "-" if v is not None else "",  # no navigation before signing in
         }
+        if request.method != "GET":  # a refused action's page: live, it reloads its view
+            base["view"] = view_url(ctx.get("live"))
         html = render(env, name, {**base, **ctx})
         return finish(request, HTMLResponse(html, status_code=status), v)
 

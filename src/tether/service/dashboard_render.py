@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
@@ -120,6 +121,24 @@ def bar_width(value: float, largest: float) -> float:
     if largest <= 0 or not math.isfinite(value):
         return 1.0
     return max(1.0, min(100.0, 100.0 * value / largest))
+
+
+_VIEWS = {"overview": "/ui", "inbox": "/ui/interrupts", "effects": "/ui/effects",
+          "deployments": "/ui/deployments", "workers": "/ui/workers"}
+
+
+def view_url(live: str | None) -> str | None:
+    """The GET page a live topic follows ("run:T" -> /ui/runs/T, "runs:QUERY" ->
+    /ui/runs?QUERY): what a page rendered for a refused action (at its POST URL) fetches
+    again when its view changes."""
+    if live is None:
+        return None
+    kind, _, arg = live.partition(":")
+    if kind == "run":
+        return "/ui/runs/" + quote(arg, safe="")
+    if kind == "runs":
+        return "/ui/runs" + (f"?{arg}" if arg else "")
+    return _VIEWS.get(kind)
 
 
 def environment() -> Environment:

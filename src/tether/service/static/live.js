@@ -11,7 +11,9 @@
     function refresh() {
       if (busy) { again = true; return; }
       busy = true;
-      htmx.ajax("GET", window.location.href, {target: "#live", select: "#live", swap: "outerHTML"})
+      // A page shown for a refused action sits at its POST URL: it fetches its view instead.
+      var url = main.dataset.view || window.location.href;
+      htmx.ajax("GET", url, {target: "#live", select: "#live", swap: "outerHTML"})
         .finally(function () {
           busy = false;
           if (again) { again = false; refresh(); }
