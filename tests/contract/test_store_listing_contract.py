@@ -143,3 +143,39 @@ async def test_bad_listings_are_refused_by_name(store: Store, bad: dict[str, obj
     with pytest.raises(DefinitionError) as exc:
         await store.list_runs(**bad)  # type: ignore[arg-type]
     assert what in str(exc.value)
+
+
+def _ids(runs: list[RunRecord]) -> list[str]:
+    return [r.thread_id for r in runs]
+
+
+async def test_a_status_pages_its_own_runs_in_each_order(store: Store) -> None:
+    # failed and cancelled are served by their own queries (partial indexes), the others by
+    # runs_created: the same rows as the status filter applied to the whole list, paged
+    # without gaps, with the other filters still applied.
+    await create(store, "q-1", "q-2", "c-1", "c-2")
+    await create(store, "w-1", "w-2", "w-3", version="v2")
+    await create(store, "q-3", "c-3", agent="u")
+    claimed = {r.thread_id for r in await store.claim_runs("w1", "v2", ["a"], 2, 30.0)}
+    assert len(claimed) == 2
+    for tid in ("c-1", "c-2", "c-3"):
+        assert await store.cancel_run(tid) is not None
+    every = await store.list_runs(limit=1000)
+    assert {r.thread_id for r in every if r.status == "cancelled"} == {"c-1", "c-2", "c-3"}
+    for status in ("queued", "running", "cancelled", "failed"):
+        for order in ("newest", "oldest"):
+            want = [r.thread_id for r in (every if order == "newest" else every[::-1])
+                    if r.status == status]
+            assert _ids(await store.list_runs(status=status, order=order)) == want
+            for size in (1, 2):
+                assert await pages(store, size, status=status, order=order) == want
+    assert set(_ids(await store.list_runs(status="running"))) == claimed
+    assert _ids(await store.list_runs(status="queued", version="v2")) == sorted(
+        {"w-1", "w-2", "w-3"} - claimed, reverse=True)
+    assert _ids(await store.list_runs(status="queued", agent="u")) == ["q-3"]
+    assert _ids(await store.list_runs(status="running", version="v1")) == []
+    assert _ids(await store.list_runs(status="cancelled", agent="u")) == ["c-3"]
+    assert _ids(await store.list_runs(status="cancelled", version="v2")) == []
+    for order, want in (("newest", ["c-3", "c-2", "c-1"]), ("oldest", ["c-1", "c-2", "c-3"])):
+        assert _ids(await store.list_runs(status="cancelled", version="v1", order=order)) == want
+        assert await pages(store, 1, status="cancelled", version="v1", order=order) == want

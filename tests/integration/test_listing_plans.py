@@ -1,8 +1,10 @@
 """Plans of the runs list (store/listing.py) on both stores: a page costs what it shows, not
 what the table holds. The first page walks runs_created, a time range is a range of it, a
 thread_id prefix is a range of the primary key (never a LIKE over every run), a run's
-children come from runs_parent. Checked before and after ANALYZE (Postgres: its choice of
-index once analyzed; before, only that no plan reads the table whole)."""
+children come from runs_parent, the failed ones from runs_failed (a partial index: failed on
+a version that never failed reads only the failed runs). Checked before and after ANALYZE
+(Postgres: its choice of index once analyzed; before, only that no plan reads the table
+whole)."""
 
 from __future__ import annotations
 
@@ -19,17 +21,20 @@ from tether.store.listing import RunQuery
 from tether.store.migrate import queries
 
 RUNS = 20_000
-# Runs r000000..r019999, created one a second from t=1000; every 100th has parent r000000.
+# Runs r000000..r019999, created one a second from t=1000; every 100th has parent r000000,
+# every 100th (others) failed.
 INSERT_SQLITE = """
     WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ? - 1)
     INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash, epoch,
                       attempt, created_at, updated_at, parent_thread_id)
-    SELECT printf('r%06d', i), 'a', 'v', 'completed', NULL, '{}', 'h', 1, 1, 1000 + i,
+    SELECT printf('r%06d', i), 'a', 'v',
+           CASE WHEN i % 100 = 50 THEN 'failed' ELSE 'completed' END, NULL, '{}', 'h', 1, 1, 1000 + i,
            5000 + (i * 7919) % ?, CASE WHEN i % 100 = 1 THEN 'r000000' END FROM n"""
 INSERT_PG = b"""
     INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash, epoch,
                       attempt, created_at, updated_at, parent_thread_id)
-    SELECT 'r' || lpad(i::text, 6, '0'), 'a', 'v', 'completed', NULL, '{}', 'h', 1, 1,
+    SELECT 'r' || lpad(i::text, 6, '0'), 'a', 'v',
+           CASE WHEN i %% 100 = 50 THEN 'failed' ELSE 'completed' END, NULL, '{}', 'h', 1, 1,
            1000 + i, 5000 + (i * 7919) %% %s, CASE WHEN i %% 100 = 1 THEN 'r000000' END
     FROM generate_series(0, %s - 1) i"""
 
@@ -41,6 +46,10 @@ CASES = {  # listing -> how many rows it returns
     "a prefix, oldest": (RunQuery(prefix="r0123", order="oldest", limit=51), 51),
     "a prefix, updated": (RunQuery(prefix="r01234", order="updated", limit=51), 10),
     "children": (RunQuery(parent="r000000", limit=51), 51),
+    "a status": (RunQuery(status="failed", limit=51), 51),
+    "a status, oldest": (RunQuery(status="failed", order="oldest", limit=51), 51),
+    "a status and version": (RunQuery(status="failed", version="v", limit=51), 51),
+    "a status and version, none": (RunQuery(status="failed", version="v2", limit=51), 0),
 }
 
 
@@ -62,7 +71,9 @@ def _read(node: dict[str, Any]) -> int:
 WANT_PG = {"first page": "runs_created", "oldest": "runs_created",
            "a time range": "runs_created", "a rare prefix": "runs_pkey",
            "a prefix, oldest": "runs_pkey", "a prefix, updated": "runs_pkey",
-           "children": "runs_parent"}
+           "children": "runs_parent", "a status": "runs_failed",
+           "a status, oldest": "runs_failed", "a status and version": "runs_failed",
+           "a status and version, none": "runs_failed"}
 
 
 @pytest.mark.postgres
@@ -87,6 +98,8 @@ def test_postgres_pages_read_an_index_range(pg_url: str) -> None:
                     assert [s[1] for s in scans] == [WANT_PG[what]], (what, scans)
                     # A prefix's range holds at most 100 runs here (r0123xx).
                     assert _read(root) <= 200, (what, _read(root))
+                if what == "a status and version, none":  # checked in the index: no row read
+                    assert _read(root) == 0, _read(root)
 
 
 WANT_SQLITE = {
@@ -100,6 +113,12 @@ WANT_SQLITE = {
     "a prefix, updated": "SEARCH runs USING INDEX sqlite_autoindex_runs_1 (thread_id>? AND "
                          "thread_id<?)",
     "children": "SEARCH runs USING INDEX runs_parent (parent_thread_id=?)",
+    "a status": "SEARCH runs USING INDEX runs_failed (created_at>? AND created_at<?)",
+    "a status, oldest": "SEARCH runs USING INDEX runs_failed (created_at>? AND created_at<?)",
+    "a status and version": "SEARCH runs USING INDEX runs_failed (created_at>? AND "
+                            "created_at<?)",
+    "a status and version, none": "SEARCH runs USING INDEX runs_failed (created_at>? AND "
+                                  "created_at<?)",
 }
 
 

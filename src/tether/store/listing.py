@@ -13,6 +13,14 @@ that starts with it), where strings order by code point: SQLite's BINARY collati
 Postgres database in C, POSIX or C.UTF-8. Under a linguistic collation (en_US.UTF-8, ICU)
 the strings that start with a prefix need not be one range ('order-9' sorts after 'order.'),
 so there the prefix is only a filter (`starts_with`), exact but read along runs_created.
+
+A rare terminal status (failed, cancelled; newest or oldest first, with neither a parent
+nor a prefix range) walks its partial index instead (runs_failed, runs_cancelled: that
+status's runs in creation order), so a filter that matches nothing reads that status's runs,
+not the whole table; with a version, its `_version` query checks it in the index's key (a
+version with none of them reads no run). Other statuses are filters on runs_created
+(completed runs are most of a store; the live ones change status on every claim and park,
+which an index would tax).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from dataclasses import dataclass
 from ..errors import DefinitionError
 
 ORDERS = ("newest", "oldest", "updated")
+INDEXED_STATUSES = ("failed", "cancelled")  # each with a partial index (migration 0011)
 MAX_PREFIX = 200
 _INF = math.inf
 
@@ -74,7 +83,11 @@ class RunQuery:
         collation orders by code point, so a prefix can be a primary-key range."""
         end = prefix_end(self.prefix) if self.prefix is not None else None
         ranged = end is not None and code_point_order and self.parent is None
-        variant = "_parent" if self.parent is not None else "_prefix" if ranged else ""
+        by_status = self.status in INDEXED_STATUSES and self.order != "updated"
+        variant = ("_parent" if self.parent is not None else "_prefix" if ranged
+                   else f"_{self.status}" if by_status else "")
+        if variant == f"_{self.status}" and self.version is not None:
+            variant += "_version"  # the version is in that index's key
         name = f"list_runs_{self.order}{variant}"
         down = self.order != "oldest"
         if self.before is not None:

@@ -3,7 +3,8 @@
 -- infinity on the first page, and the time range is always bound (infinities when open), so
 -- both are index ranges. Status, agent, version and the prefix are filters on what the range
 -- reads; a `_prefix` query also reads only the primary-key range of the prefix, a `_parent`
--- query only the run's children (runs_parent).
+-- query only the run's children (runs_parent), a `_failed` or `_cancelled` query only
+-- the runs of that status (partial indexes).
 
 -- fragment: run_filter
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
@@ -61,6 +62,82 @@ SELECT {{run_columns}} FROM runs
 {{run_filter}}
   AND (created_at, thread_id) > (%(cur_ts)s::float8, %(cur_id)s::text)
   AND parent_thread_id = %(parent)s::text
+ORDER BY created_at ASC, thread_id ASC
+LIMIT %(limit)s;
+
+-- name: list_runs_newest_failed
+-- list_runs_newest of the failed runs (runs_failed, a partial index).
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) < (%(cur_ts)s::float8, %(cur_id)s::text)
+  AND status = 'failed'
+ORDER BY created_at DESC, thread_id DESC
+LIMIT %(limit)s;
+
+-- name: list_runs_newest_failed_version
+-- list_runs_newest_failed of one version, checked in runs_failed's key.
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) < (%(cur_ts)s::float8, %(cur_id)s::text)
+  AND status = 'failed'
+  AND version = %(version)s::text
+ORDER BY created_at DESC, thread_id DESC
+LIMIT %(limit)s;
+
+-- name: list_runs_oldest_failed
+-- list_runs_oldest of the failed runs (runs_failed, a partial index).
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) > (%(cur_ts)s::float8, %(cur_id)s::text)
+  AND status = 'failed'
+ORDER BY created_at ASC, thread_id ASC
+LIMIT %(limit)s;
+
+-- name: list_runs_oldest_failed_version
+-- list_runs_oldest_failed of one version, checked in runs_failed's key.
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) > (%(cur_ts)s::float8, %(cur_id)s::text)
+  AND status = 'failed'
+  AND version = %(version)s::text
+ORDER BY created_at ASC, thread_id ASC
+LIMIT %(limit)s;
+
+-- name: list_runs_newest_cancelled
+-- list_runs_newest of the cancelled runs (runs_cancelled, a partial index).
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) < (%(cur_ts)s::float8, %(cur_id)s::text)
+  AND status = 'cancelled'
+ORDER BY created_at DESC, thread_id DESC
+LIMIT %(limit)s;
+
+-- name: list_runs_newest_cancelled_version
+-- list_runs_newest_cancelled of one version, checked in runs_cancelled's key.
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) < (%(cur_ts)s::float8, %(cur_id)s::text)
+  AND status = 'cancelled'
+  AND version = %(version)s::text
+ORDER BY created_at DESC, thread_id DESC
+LIMIT %(limit)s;
+
+-- name: list_runs_oldest_cancelled
+-- list_runs_oldest of the cancelled runs (runs_cancelled, a partial index).
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) > (%(cur_ts)s::float8, %(cur_id)s::text)
+  AND status = 'cancelled'
+ORDER BY created_at ASC, thread_id ASC
+LIMIT %(limit)s;
+
+-- name: list_runs_oldest_cancelled_version
+-- list_runs_oldest_cancelled of one version, checked in runs_cancelled's key.
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) > (%(cur_ts)s::float8, %(cur_id)s::text)
+  AND status = 'cancelled'
+  AND version = %(version)s::text
 ORDER BY created_at ASC, thread_id ASC
 LIMIT %(limit)s;
 

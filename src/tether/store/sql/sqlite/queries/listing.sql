@@ -5,7 +5,8 @@
 -- reads; a `_prefix` query reads only the primary-key range of the prefix, a `_parent`
 -- query only the run's children (runs_parent): named with INDEXED BY, as the planner takes
 -- runs_created for them (an unbounded time range looks selective to it), analyzed or not,
--- and then reads every run.
+-- and then reads every run. A `_failed` or `_cancelled` query reads only the runs of that
+-- status (its partial index, which the planner takes by itself).
 
 -- fragment: run_filter
 WHERE (:status IS NULL OR status = :status)
@@ -63,6 +64,82 @@ SELECT {{run_columns}} FROM runs INDEXED BY runs_parent
 {{run_filter}}
   AND (created_at, thread_id) > (:cur_ts, :cur_id)
   AND parent_thread_id = :parent
+ORDER BY created_at ASC, thread_id ASC
+LIMIT :limit;
+
+-- name: list_runs_newest_failed
+-- list_runs_newest of the failed runs (runs_failed, a partial index).
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) < (:cur_ts, :cur_id)
+  AND status = 'failed'
+ORDER BY created_at DESC, thread_id DESC
+LIMIT :limit;
+
+-- name: list_runs_newest_failed_version
+-- list_runs_newest_failed of one version, checked in runs_failed's key.
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) < (:cur_ts, :cur_id)
+  AND status = 'failed'
+  AND version = :version
+ORDER BY created_at DESC, thread_id DESC
+LIMIT :limit;
+
+-- name: list_runs_oldest_failed
+-- list_runs_oldest of the failed runs (runs_failed, a partial index).
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) > (:cur_ts, :cur_id)
+  AND status = 'failed'
+ORDER BY created_at ASC, thread_id ASC
+LIMIT :limit;
+
+-- name: list_runs_oldest_failed_version
+-- list_runs_oldest_failed of one version, checked in runs_failed's key.
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) > (:cur_ts, :cur_id)
+  AND status = 'failed'
+  AND version = :version
+ORDER BY created_at ASC, thread_id ASC
+LIMIT :limit;
+
+-- name: list_runs_newest_cancelled
+-- list_runs_newest of the cancelled runs (runs_cancelled, a partial index).
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) < (:cur_ts, :cur_id)
+  AND status = 'cancelled'
+ORDER BY created_at DESC, thread_id DESC
+LIMIT :limit;
+
+-- name: list_runs_newest_cancelled_version
+-- list_runs_newest_cancelled of one version, checked in runs_cancelled's key.
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) < (:cur_ts, :cur_id)
+  AND status = 'cancelled'
+  AND version = :version
+ORDER BY created_at DESC, thread_id DESC
+LIMIT :limit;
+
+-- name: list_runs_oldest_cancelled
+-- list_runs_oldest of the cancelled runs (runs_cancelled, a partial index).
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) > (:cur_ts, :cur_id)
+  AND status = 'cancelled'
+ORDER BY created_at ASC, thread_id ASC
+LIMIT :limit;
+
+-- name: list_runs_oldest_cancelled_version
+-- list_runs_oldest_cancelled of one version, checked in runs_cancelled's key.
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) > (:cur_ts, :cur_id)
+  AND status = 'cancelled'
+  AND version = :version
 ORDER BY created_at ASC, thread_id ASC
 LIMIT :limit;
 
