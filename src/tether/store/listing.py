@@ -74,9 +74,8 @@ class RunQuery:
                     or not math.isfinite(ts) or not isinstance(tid, str)):
                 raise DefinitionError(f"before must be a (seconds, thread_id) cursor, got "
                                       f"{self.before!r}")
-        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or not (
-                1 <= self.limit <= 10_000):
-            raise DefinitionError(f"limit must be within 1..10000, got {self.limit!r}")
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
+            raise DefinitionError(f"limit must be a positive integer, got {self.limit!r}")
 
     def plan(self, *, code_point_order: bool) -> tuple[str, dict[str, object]]:
         """The named query and its parameters. `code_point_order`: the store's thread_id
