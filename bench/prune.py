@@ -2,6 +2,8 @@
 
     python -m bench.prune --backend postgres --runs 1000000
     python -m bench.prune --backend sqlite --runs 100000
+    python -m bench.prune --backend postgres --runs 1000000 --reuse-fill --rounds 0
+    python -m bench.prune --backend postgres --runs 0 --rounds 5
 
 Fills a fresh database in set-based SQL, in chunks, with rows shaped as a real run of STEPS
 steps writes them (one run row, a checkpoint and a journal entry per step: 21 rows a run;
@@ -11,24 +13,32 @@ ago; then `tether prune --completed 30d`: rows/s, and the database's bytes befor
 alone and while a `tether prune` process works through a second filled set, ROUNDS times
 each: W2 beside a prune over W2 alone (the median of each side). Goals (issue 19):
 >= 50,000 rows/s on Postgres; W2 beside a prune within 10% of W2 alone.
+
+--reuse-fill keeps the filled database (before its prune) as a template named after its size,
+the fill's SQL and the schema, and later runs with the same ones start from a copy of it
+(Postgres: CREATE DATABASE ... TEMPLATE, a file copy; SQLite: the file), not a new fill.
+--runs 0 skips the first prune, --rounds 0 the W2 rounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import tether
 from tether.bench.checkpoint import w2_agent, w2_delays
-from tether.bench.common import bench_db, pg_bytes, sqlite_bytes, sqlite_path
+from tether.bench.common import bench_db, pg_admin_url, pg_bytes, sqlite_bytes, sqlite_path
 
 DAY = 86400.0
 CHUNK = 100_000
@@ -106,6 +116,67 @@ async def fill(url: str, first: int, runs: int, steps: int) -> float:
     return time.perf_counter() - t0
 
 
+SQL = Path(tether.__file__).parent / "store" / "sql"
+
+
+def fill_name(dialect: str, runs: int, steps: int) -> str:
+    """The kept fill's name: its size, and a hash of the fill's SQL and the migrations."""
+    h = hashlib.md5()
+    for q in fill_sql(dialect, 0, runs, steps, 0.0):
+        h.update(q.encode())
+    for m in sorted((SQL / dialect / "migrations").glob("*.sql")):
+        h.update(m.read_bytes())
+    return f"tether_prune_fill_{runs}x{steps}_{h.hexdigest()[:10]}"
+
+
+async def _admin(statement: str) -> None:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(pg_admin_url(), autocommit=True) as admin:
+        await admin.execute(statement.encode())
+
+
+async def _pg_exists(name: str) -> bool:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(pg_admin_url(), autocommit=True) as admin:
+        cur = await admin.execute(b"SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+        return await cur.fetchone() is not None
+
+
+async def filled(url: str, runs: int, steps: int, reuse: bool) -> tuple[str, float]:
+    """Runs 0..runs-1 in the (fresh, migrated) database at `url`: filled, or with `reuse`
+    copied from the kept fill if there is one (else filled and then kept). ("fill_s" or
+    "copy_s", seconds taken)."""
+    sqlite = url.startswith("sqlite")
+    name = fill_name("sqlite" if sqlite else "postgres", runs, steps)
+    kept = Path(os.environ.get("TMPDIR", "/tmp")) / f"{name}.db"
+    t0 = time.perf_counter()
+    if reuse and (kept.exists() if sqlite else await _pg_exists(name)):
+        if sqlite:
+            for extra in ("-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(sqlite_path(url) + extra)
+            shutil.copyfile(kept, sqlite_path(url))
+        else:
+            target = url.rsplit("/", 1)[1]
+            await _admin(f'DROP DATABASE "{target}" WITH (FORCE)')
+            await _admin(f'CREATE DATABASE "{target}" TEMPLATE "{name}" STRATEGY FILE_COPY')
+        print(f"copied the kept fill {name}", file=sys.stderr)
+        return "copy_s", time.perf_counter() - t0
+    took = await fill(url, 0, runs, steps)
+    if reuse:
+        if sqlite:
+            shutil.copyfile(sqlite_path(url), kept.with_suffix(".part"))
+            os.replace(kept.with_suffix(".part"), kept)
+        else:
+            source = url.rsplit("/", 1)[1]
+            await _admin(f'CREATE DATABASE "{name}" TEMPLATE "{source}" STRATEGY FILE_COPY')
+        print(f"kept the fill as {name} ({'file ' + str(kept) if sqlite else 'database'}; "
+              "remove it when done)", file=sys.stderr)
+    return "fill_s", took
+
+
 async def db_bytes(url: str) -> int:
     return sqlite_bytes(sqlite_path(url)) if url.startswith("sqlite") else await pg_bytes(url)
 
@@ -150,19 +221,20 @@ def _tombstones(url: str) -> int:
         return int(row[0]) if row else 0
 
 
-async def w2_beside_prune(url: str, w2_runs: int, seed: int) -> tuple[float, bool]:
+async def w2_beside_prune(url: str, w2_runs: int, seed: int) -> tuple[float, bool, float]:
     """W2 while a `tether prune` process removes runs of the second set: (wall / ideal,
-    whether the prune was still at work when W2 ended). The prune is stopped by SIGINT; its
-    lease (TETHER_LEASE_TTL=2 s here) may outlive it, so a prune told another is at work is
-    started again until it gets the lease."""
+    whether the prune was still at work when W2 ended, seconds from its SIGINT to its exit).
+    The prune is stopped by SIGINT (it ends after its batch and exits 130); a prune told
+    another is at work (a lease a stopped pruner failed to drop lasts TETHER_LEASE_TTL=2 s
+    here) is started again until it gets the lease."""
     env = {**os.environ, "TETHER_DB": "", "TETHER_LEASE_TTL": "2"}
     before = await asyncio.to_thread(_tombstones, url)
     deadline = time.monotonic() + 120
     while True:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tether", "prune", "--completed", "30d", "--db", url,
-            "--json", env=env, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL)
+            "--json", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        ratio, busy, stopping = None, False, 0.0
         try:
             while await asyncio.to_thread(_tombstones, url) <= before:  # at work yet?
                 if proc.returncode is not None or time.monotonic() > deadline:
@@ -170,18 +242,24 @@ async def w2_beside_prune(url: str, w2_runs: int, seed: int) -> tuple[float, boo
                 await asyncio.sleep(0.05)
             else:
                 ratio = await w2(url, w2_runs, seed)
-                return ratio, proc.returncode is None
+                busy = proc.returncode is None
         finally:
+            t0 = time.monotonic()
             if proc.returncode is None:
                 proc.send_signal(signal.SIGINT)
-            await asyncio.wait_for(proc.wait(), 60)
+            _, err = await asyncio.wait_for(proc.communicate(), 60)
+            stopping = time.monotonic() - t0
+        if ratio is not None:
+            if proc.returncode not in (0, 130):
+                raise RuntimeError(f"the prune exited {proc.returncode}: {err.decode()[-2000:]}")
+            return ratio, busy, stopping
         if time.monotonic() > deadline:
             raise RuntimeError("the prune did not start removing runs")
         await asyncio.sleep(0.5)
 
 
 async def main(backend: str, runs: int, steps: int, w2_runs: int, beside_runs: int,
-               rounds: int) -> list[dict[str, Any]]:
+               rounds: int, reuse: bool = False) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
 
     def result(metric: str, value: float, unit: str) -> None:
@@ -192,31 +270,39 @@ async def main(backend: str, runs: int, steps: int, w2_runs: int, beside_runs: i
 
     async with bench_db(backend) as url:
         await tether.Runtime(url).migrate()
-        result("fill_s", await fill(url, 0, runs, steps), "s")
-        result("db_bytes_filled", await db_bytes(url), "B")
-        rt = tether.Runtime(url)
-        try:
-            report = await rt.prune(completed="30d")
-        finally:
-            await rt.close()
-        result("runs_pruned", report.runs, "count")
-        result("rows_pruned", report.rows, "count")
-        result("prune_s", report.seconds, "s")
-        result("rows_per_s", report.rows / report.seconds, "1/s")
-        result("freed_bytes", report.freed_bytes, "B")
-        result("db_bytes_pruned", await db_bytes(url), "B")
+        if runs:
+            metric, took = await filled(url, runs, steps, reuse)
+            await tether.Runtime(url).migrate()  # a kept fill is of these migrations: a no-op
+            result(metric, took, "s")
+            result("db_bytes_filled", await db_bytes(url), "B")
+            rt = tether.Runtime(url)
+            try:
+                report = await rt.prune(completed="30d")
+            finally:
+                await rt.close()
+            result("runs_pruned", report.runs, "count")
+            result("rows_pruned", report.rows, "count")
+            result("prune_s", report.seconds, "s")
+            result("rows_per_s", report.rows / report.seconds, "1/s")
+            result("freed_bytes", report.freed_bytes, "B")
+            result("db_bytes_pruned", await db_bytes(url), "B")
+        if not rounds:
+            return out
         result("fill_beside_s", await fill(url, runs, beside_runs, steps), "s")
+        pruned_before = await asyncio.to_thread(_tombstones, url)
         await w2(url, min(w2_runs, 200), 0)  # warm-up (imports, first connections): not counted
         alone: list[float] = []
         beside: list[float] = []
+        stops: list[float] = []
         for r in range(rounds):  # alternate which goes first, so drift falls on both alike
             for with_prune in ((False, True) if r % 2 == 0 else (True, False)):
                 if with_prune:
-                    ratio, busy = await w2_beside_prune(url, w2_runs, 2 * r + 3)
+                    ratio, busy, stopping = await w2_beside_prune(url, w2_runs, 2 * r + 3)
                     if not busy:
                         raise RuntimeError("the prune ended before W2: fill more runs "
                                            "(--beside-runs)")
                     beside.append(ratio)
+                    stops.append(stopping)
                 else:
                     alone.append(await w2(url, w2_runs, 2 * r + 2))
                 print(f"round {r + 1} {'beside' if with_prune else 'alone '} "
@@ -224,8 +310,9 @@ async def main(backend: str, runs: int, steps: int, w2_runs: int, beside_runs: i
         result("w2_wall_over_ideal_alone", statistics.median(alone), "x")
         result("w2_wall_over_ideal_beside_prune", statistics.median(beside), "x")
         result("w2_beside_over_alone", statistics.median(beside) / statistics.median(alone), "x")
-        result("w2_runs_removed_meanwhile", await asyncio.to_thread(_tombstones, url) - report.runs,
-               "count")
+        result("prune_sigint_to_exit_max_s", max(stops), "s")
+        result("w2_runs_removed_meanwhile",
+               await asyncio.to_thread(_tombstones, url) - pruned_before, "count")
     return out
 
 
@@ -237,12 +324,17 @@ if __name__ == "__main__":
     p.add_argument("--w2-runs", type=int, default=1000)
     p.add_argument("--beside-runs", type=int, default=50_000,
                    help="the second set, pruned beside W2 (enough to outlast every round)")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3, help="W2 rounds each way (0: none)")
+    p.add_argument("--reuse-fill", action="store_true",
+                   help="keep the fill of --runs runs and start later runs from a copy of it")
     a = p.parse_args()
-    for name in ("runs", "steps", "w2_runs", "beside_runs", "rounds"):
+    for name in ("steps", "w2_runs", "beside_runs"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
-    rows = asyncio.run(main(a.backend, a.runs, a.steps, a.w2_runs, a.beside_runs, a.rounds))
+    if a.runs < 0 or a.rounds < 0 or not (a.runs or a.rounds):
+        p.error("--runs and --rounds must be >= 0, and not both 0")
+    rows = asyncio.run(main(a.backend, a.runs, a.steps, a.w2_runs, a.beside_runs, a.rounds,
+                            a.reuse_fill))
     print("\n| metric | value | unit |\n|---|---:|---|")
     for r in rows:
         print(f"| {r['metric']} | {r['value']:,} | {r['unit']} |")

@@ -15,7 +15,10 @@ they went in the same transaction as the tombstone.
 
 Between batches the pruner rests, longer while a worker is running runs; afterwards it gives
 the freed pages back to the file system in short writes (SQLite in incremental auto-vacuum
-mode; Postgres leaves that to autovacuum).
+mode; Postgres leaves that to autovacuum). A batch is bounded in runs and, by shrinking the
+next one when a batch took longer than BATCH_SECONDS, in time; a `stop` event set meanwhile
+(tether prune on SIGINT or SIGTERM, a worker shutting down) ends the prune after the batch
+under way, its report saying so (`stopped`): the next prune finishes the job.
 
 Compaction (`keep_steps`) keeps a run's last N checkpoints: the oldest kept one is rewritten
 as a snapshot of the state after it (and, with `keep_interrupts`, so is each checkpoint a
@@ -58,6 +61,11 @@ event loop waits for the write lock while a batch holds it, so the pruner keeps 
 the writer's time, in batches a quarter the size (shorter waits)."""
 BUSY_BATCH = {"sqlite": 4, "postgres": 1}
 """The batch is divided by this while a worker is running runs."""
+BATCH_SECONDS = 0.5
+"""A batch that took longer makes the next one smaller in proportion (and a quicker one lets
+it grow back, at most twofold a batch, up to the batch size): how long a stop waits for the
+batch under way, and how long one transaction holds its rows."""
+MIN_BATCH = 10
 RECLAIM_PAGES = 256
 """Pages a first give-back write returns to the file system (SQLite); later ones are sized so
 each takes about RECLAIM_SECONDS (divided by BUSY_BATCH while workers run), within
@@ -158,6 +166,9 @@ class Report:
     """A SQLite file created without incremental auto-vacuum: only a VACUUM shrinks it."""
     db_bytes_before: int | None = None
     db_bytes_after: int | None = None
+    stopped: bool = False
+    """Stopped when asked (the `stop` event) before the work was done: what is left goes in
+    the next prune."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -170,6 +181,7 @@ class Report:
             "vacuum_needed": self.vacuum_needed,
             "rows_per_s": round(self.rows / self.seconds, 1) if self.seconds else None,
             "db_bytes_before": self.db_bytes_before, "db_bytes_after": self.db_bytes_after,
+            "stopped": self.stopped,
         }
 
 
@@ -186,12 +198,14 @@ def owner_id() -> str:
 
 async def prune(store: Store, policy: Policy, *, lock_ttl: float, dry_run: bool = False,
                 progress: Progress | None = None, batch: int | None = None,
-                audit: Audit | None = None) -> Report:
+                audit: Audit | None = None, stop: asyncio.Event | None = None) -> Report:
     """Apply `policy` once (see the module's docstring); `progress(report)` after each batch.
-    The pruner's lease lasts `lock_ttl` seconds (the runtime's lease TTL) after each batch."""
+    The pruner's lease lasts `lock_ttl` seconds (the runtime's lease TTL) after each batch.
+    `stop` set: end after the batch under way (the report's `stopped`)."""
     started = time.monotonic()
     report = Report(dry_run)
     ops = store.retention
+    stop = stop or asyncio.Event()
     cutoffs = policy.cutoffs(await store.now())
     if dry_run:
         if policy.removes_runs:
@@ -206,49 +220,78 @@ async def prune(store: Store, policy: Policy, *, lock_ttl: float, dry_run: bool 
         raise PrunerBusy("another process is pruning this database now; try again later "
                          f"(its lease lasts {lock_ttl:g} s after it last renewed it)")
     try:
-        size = batch or BATCH.get(store.dialect, 500)
         if policy.removes_runs:
-            after = ""
-            while True:
-                t0 = time.monotonic()
-                busy = await ops.running_now()
-                pace = (BUSY_PACE if busy else PACE).get(store.dialect, 1.0)
-                n = max(1, size // BUSY_BATCH.get(store.dialect, 1)) if busy else size
-                ids = await ops.prune_candidates(cutoffs, after, n)
-                if not ids:
-                    break
-                after = ids[-1]
-                done = await ops.prune_runs(ids, cutoffs, audit)
-                report.runs += len(done.thread_ids)
-                report.rows += done.rows
-                report.seconds = time.monotonic() - started
-                if progress is not None:
-                    progress(report)
-                if not await ops.take_lock(LOCK, owner, lock_ttl):
-                    log.warning("the prune lease was taken over; stopping (the other pruner "
-                                "goes on)")
-                    break
-                await asyncio.sleep((time.monotonic() - t0) * pace)
-        if policy.keep_steps is not None:
-            await _compact(store, policy, report, owner, lock_ttl, progress)
-        await _give_back(store, report, owner, lock_ttl, progress)
+            await _remove(store, cutoffs, report, owner, lock_ttl, progress, audit, stop,
+                          batch or BATCH.get(store.dialect, 500), started)
+        if policy.keep_steps is not None and not stop.is_set():
+            await _compact(store, policy, report, owner, lock_ttl, progress, stop)
+        if not stop.is_set():
+            await _give_back(store, report, owner, lock_ttl, progress, stop)
     finally:
         await ops.drop_lock(LOCK, owner)
+    report.stopped = stop.is_set()
     report.seconds = time.monotonic() - started
     return report
 
 
+async def _remove(store: Store, cutoffs: Cutoffs, report: Report, owner: str, lock_ttl: float,
+                  progress: Progress | None, audit: Audit | None, stop: asyncio.Event,
+                  base: int, started: float) -> None:
+    ops, after, size = store.retention, "", base
+    while not stop.is_set():
+        t0 = time.monotonic()
+        busy = await ops.running_now()
+        pace = (BUSY_PACE if busy else PACE).get(store.dialect, 1.0)
+        n = max(1, size // BUSY_BATCH.get(store.dialect, 1)) if busy else size
+        ids = await ops.prune_candidates(cutoffs, after, n)
+        if not ids:
+            return
+        after = ids[-1]
+        done = await ops.prune_runs(ids, cutoffs, audit)
+        took = time.monotonic() - t0
+        size = next_batch(size, base, took)
+        report.runs += len(done.thread_ids)
+        report.rows += done.rows
+        report.seconds = time.monotonic() - started
+        if progress is not None:
+            progress(report)
+        if not await ops.take_lock(LOCK, owner, lock_ttl):
+            log.warning("the prune lease was taken over; stopping (the other pruner goes on)")
+            return
+        await rest(stop, took * pace)
+
+
+def next_batch(size: int, base: int, took: float) -> int:
+    """The next batch's size after one of `size` runs took `took` seconds: toward
+    BATCH_SECONDS a batch, growing at most twofold, within MIN_BATCH..base."""
+    scaled = int(size * min(2.0, BATCH_SECONDS / max(took, 1e-3)))
+    return max(min(MIN_BATCH, base), min(base, scaled))
+
+
+async def rest(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep `seconds`, or less if `stop` is set meanwhile."""
+    if seconds <= 0 or stop.is_set():
+        return
+    try:
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+    except TimeoutError:
+        pass
+
+
 async def _compact(store: Store, policy: Policy, report: Report, owner: str, lock_ttl: float,
-                   progress: Progress | None) -> None:
+                   progress: Progress | None, stop: asyncio.Event) -> None:
     assert policy.keep_steps is not None
     ops, keep = store.retention, policy.keep_steps
     after = ""
-    while True:
+    while not stop.is_set():
         ids = await ops.long_logs(keep, after, 100)
         if not ids:
             return
         after = ids[-1]
         for tid in ids:
+            if stop.is_set():
+                return
             run = await store.get_run(tid)
             if run is None or run.step <= keep:
                 continue
@@ -270,13 +313,13 @@ async def _compact(store: Store, policy: Policy, report: Report, owner: str, loc
 
 
 async def _give_back(store: Store, report: Report, owner: str, lock_ttl: float,
-                     progress: Progress | None) -> None:
+                     progress: Progress | None, stop: asyncio.Event) -> None:
     """Return the free pages to the file system in short writes, resting between them as
-    between batches, so no write holds workers' commits up for long. What a killed pruner
-    left free is given back by the next prune."""
+    between batches, so no write holds workers' commits up for long. What a killed (or
+    stopped) pruner left free is given back by the next prune."""
     ops, pages = store.retention, RECLAIM_PAGES
     low, high = RECLAIM_RANGE
-    while True:
+    while not stop.is_set():
         busy = await ops.running_now()
         pace = (BUSY_PACE if busy else PACE).get(store.dialect, 1.0)
         target = RECLAIM_SECONDS / (BUSY_BATCH.get(store.dialect, 1) if busy else 1)
@@ -296,7 +339,7 @@ async def _give_back(store: Store, report: Report, owner: str, lock_ttl: float,
             return
         # toward `target` seconds a write, growing at most twofold (a write's time is noisy)
         pages = max(low, min(high, int(pages * min(2.0, target / max(took, 1e-3)))))
-        await asyncio.sleep(took * pace)
+        await rest(stop, took * pace)
 
 
 def standing(policy: Policy | Mapping[str, Any] | None) -> Policy | None:
@@ -330,7 +373,7 @@ async def prune_periodically(store: Store, policy: Policy, lock_ttl: float,
     assert policy.every is not None
     while not stop.is_set():
         try:
-            report = await prune(store, policy, lock_ttl=lock_ttl)
+            report = await prune(store, policy, lock_ttl=lock_ttl, stop=stop)
             if report.runs or report.compacted_rows:
                 log.info("pruned %d runs (%d rows), compacted %d runs in %.1fs", report.runs,
                          report.rows, report.compacted_runs, report.seconds)

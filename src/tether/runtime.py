@@ -448,11 +448,13 @@ class Runtime:
         dry_run: bool = False,
         progress: Progress | None = None,
         actor: str | None = None,
+        stop: asyncio.Event | None = None,
     ) -> Report:
         """Remove terminal runs finished longer ago than their status's age (30d, 12h, 0s, or
         seconds), with everything of theirs, leaving tombstones; `keep_steps` also compacts
         long logs to their last N checkpoints. `dry_run`: count what would go, change
-        nothing. One pruner at a time per database (PrunerBusy otherwise)."""
+        nothing. One pruner at a time per database (PrunerBusy otherwise). `stop` set: end
+        after the batch under way (`Report.stopped`; the next prune finishes the job)."""
         policy = Policy.of(completed=completed, failed=failed, cancelled=cancelled, agent=agent,
                            keep_steps=keep_steps, keep_interrupts=keep_interrupts)
         await self.open()
@@ -460,7 +462,7 @@ class Runtime:
         audit = prune_audit(actor, completed=completed, failed=failed, cancelled=cancelled,
                             agent=agent, keep_steps=keep_steps)
         return await prune(self.store, policy, lock_ttl=self.settings.lease_ttl,
-                           dry_run=dry_run, progress=progress, audit=audit)
+                           dry_run=dry_run, progress=progress, audit=audit, stop=stop)
 
     async def send(self, thread_id: str, message: Any, *, sender: str | None = None,
                    actor: str | None = None) -> int:

@@ -276,6 +276,57 @@ def test_a_sigkilled_pruner_leaves_a_consistent_store_and_the_next_finishes(
     assert len(final["tombstones"]) == runs  # the same as one uninterrupted prune
 
 
+def test_sigint_or_sigterm_stops_a_prune_after_its_batch_and_the_next_finishes(
+        db_url: str, tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) or SIGTERM: a real `tether prune` stops promptly, prints what it
+    removed so far, exits 128 + the signal, and leaves every run whole or gone; a second
+    signal stops it at once; the next prune finishes the job. The first is started with
+    SIGINT ignored, as a script's background job (`tether prune ... &`) and its children are:
+    Python then installs no KeyboardInterrupt handler, and a prune (bench P's) went on."""
+    runs, steps = 30_000, 5
+    fill(db_url, runs, steps)
+    env = {**os.environ, "TETHER_DB": ""}
+    cmd = [sys.executable, "-m", "tether", "prune", "--completed", "30d", "--db", db_url, "--json"]
+    for sigs, status in (((signal.SIGINT,), 130), ((signal.SIGTERM,), 143),
+                         ((signal.SIGINT, signal.SIGINT), 130)):
+        before = tombstones(db_url)
+        ignored = signal.signal(signal.SIGINT, signal.SIG_IGN) if status == 130 else None
+        try:  # an ignored signal stays ignored in the child
+            proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        finally:
+            if ignored is not None:
+                signal.signal(signal.SIGINT, ignored)
+        deadline = time.monotonic() + 60
+        while tombstones(db_url) <= before and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert proc.poll() is None, "the prune ended before it was signalled: fill more runs"
+        t0 = time.monotonic()
+        for sig in sigs:
+            if proc.poll() is None:
+                proc.send_signal(sig)
+                time.sleep(0.02)  # signals sent closer may arrive as one
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+        assert proc.returncode == status, err
+        assert took < 5, f"{took:.1f} s from the signal to the exit"
+        removed = tombstones(db_url) - before
+        assert 0 < removed < runs - before
+        if len(sigs) == 1:  # it printed what it removed, then said it stopped
+            report = json.loads(out)
+            assert report["stopped"] is True and report["runs"] == removed
+            assert f"stopped by {sigs[0].name} after {removed:,} runs" in err
+        else:  # at once, or after the batch if that ended before the second signal came
+            assert "stopped at once by SIGINT" in err or "stopped by SIGINT" in err, err
+        _assert_consistent(db_url, steps)
+    done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["stopped"] is False
+    final = counts(db_url)
+    assert final["runs"] == {} and final["checkpoints"] == {} and final["journal"] == {}
+    assert len(final["tombstones"]) == runs  # the same as one uninterrupted prune
+
+
 def tombstones(db_url: str) -> int:
     with raw(db_url) as conn:
         return int(conn.cursor().execute("SELECT count(*) FROM tombstones").fetchone()[0])

@@ -1,7 +1,17 @@
-"""`tether prune`: remove finished runs past their age, compact long logs (docs/retention.md)."""
+"""`tether prune`: remove finished runs past their age, compact long logs (docs/retention.md).
+
+SIGINT (Ctrl-C) or SIGTERM stops it after the batch under way (each batch is bounded in runs
+and time): it prints what it removed so far and exits 130 (SIGINT) or 143 (SIGTERM); the next
+prune finishes the job. A second signal stops it at once (the batch under way rolls back).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -37,7 +47,7 @@ from ._root import cli
 def prune_cmd(completed: str | None, failed: str | None, cancelled: str | None,
               agent: str | None, keep_steps: int | None, keep_interrupts: bool, dry_run: bool,
               db: str | None, app: str | None, verbose: bool, as_json: bool) -> int:
-    async def main() -> int:
+    async def pruned(caught: _Caught) -> int:
         rt = runtime_for(db, app)
         try:
             await rt.open()
@@ -46,7 +56,7 @@ def prune_cmd(completed: str | None, failed: str | None, cancelled: str | None,
                 report = await rt.prune(
                     completed=completed, failed=failed, cancelled=cancelled, agent=agent,
                     keep_steps=keep_steps, keep_interrupts=keep_interrupts, dry_run=dry_run,
-                    progress=progress.update, actor=cli_actor())
+                    progress=progress.update, actor=cli_actor(), stop=caught.stop)
             if not dry_run:
                 report.db_bytes_before, report.db_bytes_after = before, await _db_bytes(rt)
         finally:
@@ -55,9 +65,58 @@ def prune_cmd(completed: str | None, failed: str | None, cancelled: str | None,
             dump(report.to_dict())
         else:
             _print(report)
+        if report.stopped and caught.signals:
+            print(f"tether: stopped by {_name(caught.signals[0])} after {report.runs:,} runs; "
+                  "run it again to finish the job", file=sys.stderr)
+            return 128 + caught.signals[0]
         return 0
 
+    async def main() -> int:
+        with _signals(cancel_at=1 if dry_run else 2) as caught:
+            try:
+                return await pruned(caught)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not caught.signals or task is None or task.uncancel():
+                    raise  # not (only) our own cancel
+                print(f"tether: stopped at once by {_name(caught.signals[-1])} (a batch under "
+                      "way rolls back whole; run it again to finish the job)", file=sys.stderr)
+                return 128 + caught.signals[0]
+
     return run(main(), verbose)
+
+
+class _Caught:
+    def __init__(self) -> None:
+        self.stop = asyncio.Event()
+        self.signals: list[int] = []
+
+
+@contextmanager
+def _signals(cancel_at: int) -> Iterator[_Caught]:
+    """SIGINT and SIGTERM set `stop` (the prune ends after its batch); the `cancel_at`-th
+    signal cancels the command's task (a dry run's one query has nothing to finish)."""
+    caught = _Caught()
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    sigs = (signal.SIGINT, signal.SIGTERM)
+
+    def on_signal(sig: int) -> None:
+        caught.signals.append(sig)
+        caught.stop.set()
+        if len(caught.signals) == cancel_at and task is not None:
+            task.cancel()
+
+    for sig in sigs:
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        yield caught
+    finally:
+        for sig in sigs:
+            loop.remove_signal_handler(sig)
+
+
+def _name(sig: int) -> str:
+    return signal.Signals(sig).name
 
 
 async def _db_bytes(rt: Any) -> int:
