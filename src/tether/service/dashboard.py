@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, quote
 
 import orjson
@@ -39,6 +39,7 @@ from .dashboard_live import LiveHub
 from .dashboard_render import environment, render, state_diff, view_url
 from .events import encode
 
+T = TypeVar("T")
 log = logging.getLogger("tether.dashboard")
 audit = logging.getLogger("tether.audit")
 
@@ -67,6 +68,17 @@ NOTICES = {
     "retired": "Retired: that version never takes a run again.",
     "signed-out": "Signed out.",
 }
+
+
+async def unchanged_if_refused(call: Awaitable[T]) -> T:
+    """Await a deploy call (route, drain, retire) of an action; a refusal by the Runtime
+    (DefinitionError: bad input, 400; InvalidState: not now, 409) becomes the Refused the
+    page shows with its message, having changed nothing."""
+    try:
+        return await call
+    except (DefinitionError, InvalidState) as exc:
+        raise Refused(409 if isinstance(exc, InvalidState) else 400,
+                      f"{exc}. Nothing was changed.") from None
 
 
 @dataclass(slots=True)
@@ -468,31 +480,19 @@ def dashboard_router(
 
     async def do_route(request: Request, fields: dict[str, str]) -> Response:
         weights = parse_weights(fields)
-        try:
-            await runtime.route(weights, actor=actor)
-        except (DefinitionError, InvalidState) as exc:
-            raise Refused(409 if isinstance(exc, InvalidState) else 400,
-                          f"{exc}. Nothing was changed.") from None
+        await unchanged_if_refused(runtime.route(weights, actor=actor))
         record(request, "route", weights=weights)
         return done(request, "/ui/deployments", "routed")
 
     async def do_drain(request: Request, fields: dict[str, str]) -> Response:
         version = check_id(fields.get("version"), "Version")
-        try:
-            await runtime.drain(version, actor=actor)
-        except (DefinitionError, InvalidState) as exc:
-            raise Refused(409 if isinstance(exc, InvalidState) else 400,
-                          f"{exc}. Nothing was changed.") from None
+        await unchanged_if_refused(runtime.drain(version, actor=actor))
         record(request, "drain", version=version)
         return done(request, "/ui/deployments", "drained")
 
     async def do_retire(request: Request, fields: dict[str, str]) -> Response:
         version = check_id(fields.get("version"), "Version")
-        try:
-            await runtime.retire(version, actor=actor)
-        except (DefinitionError, InvalidState) as exc:
-            raise Refused(409 if isinstance(exc, InvalidState) else 400,
-                          f"{exc}. Nothing was changed.") from None
+        await unchanged_if_refused(runtime.retire(version, actor=actor))
         record(request, "retire", version=version)
         return done(request, "/ui/deployments", "retired")
 
