@@ -7,15 +7,24 @@ import asyncio
 import time
 from importlib import resources
 
+import orjson
 import pytest
 
-from tether import Checkpoint
 from tether.service import dashboard_auth
 from tether.service.dashboard import STATIC
 from tether.service.dashboard_auth import UiAuth
 from tether.service.dashboard_input import Refused, RunFilter, decode_cursor, encode_cursor
 from tether.service.dashboard_live import LiveHub
-from tether.service.dashboard_render import MISSING, Change, age, environment, state_diff, timeline
+from tether.service.dashboard_render import (
+    MISSING,
+    Change,
+    age,
+    environment,
+    state_diff,
+    states_at,
+    timeline,
+)
+from tether.store.base import CheckpointRecord
 
 # -- state diff ---------------------------------------------------------------------------------
 
@@ -177,26 +186,56 @@ def test_templates_and_assets_ship_in_the_package() -> None:
 # -- the timeline -------------------------------------------------------------------------------
 
 
-def _cps(n: int) -> list[Checkpoint]:
-    return [Checkpoint("t", i, "tick", "tick" if i < n else None, {"n": i, "seen": list(range(i))},
-                       "delta", "w", 1, float(i), float(i) + (0.5 if i % 2 else 0.25))
+def _state(i: int) -> dict[str, object]:
+    return {"n": i, "seen": list(range(i))}
+
+
+def _rows(n: int, snapshot_every: int = 100) -> list[CheckpointRecord]:
+    """Checkpoint rows of a run whose step i leaves {"n": i, "seen": [0, .., i - 1]}: deltas
+    (a set and an append), a snapshot every `snapshot_every` steps."""
+    def data(i: int) -> tuple[str, bytes]:
+        if i % snapshot_every == 0:
+            return "s", orjson.dumps(_state(i))
+        return "d", orjson.dumps({"s": {"n": i}, "a": {"seen": [i - 1]}})
+    return [CheckpointRecord("t", i, "tick", "tick" if i < n else None, *data(i), "w", 1,
+                             float(i), float(i) + (0.5 if i % 2 else 0.25))
             for i in range(1, n + 1)]
 
 
 def test_the_timeline_shows_one_page_of_steps_each_with_its_diff() -> None:
-    page = timeline(_cps(250))
+    page = timeline(_rows(250), b"{}")
     assert [r["cp"].step for r in page["rows"]] == list(range(151, 251))
+    assert [r["cp"].state for r in page["rows"]] == [_state(i) for i in range(151, 251)]
+    assert page["state"] == _state(250)
     assert (page["total"], page["earlier"], page["later"]) == (250, 150, None)
     first = page["rows"][0]
     assert first["longest"] == 0.5
     assert first["diff"] == [Change("n", "changed", 150, 151),
                              Change("seen", "appended", list(range(150)), [150])]
-    middle = timeline(_cps(250), upto=150)
+    middle = timeline(_rows(250), b"{}", upto=150)
     assert [r["cp"].step for r in middle["rows"]] == list(range(51, 151))
-    assert (middle["earlier"], middle["later"]) == (50, 250)
-    start = timeline(_cps(250), upto=20)
+    assert [r["cp"].state for r in middle["rows"]] == [_state(i) for i in range(51, 151)]
+    assert middle["rows"][49]["diff"] == [Change("n", "changed", 99, 100),  # a snapshot's
+                                          Change("seen", "appended", list(range(99)), [99])]
+    assert (middle["earlier"], middle["later"], middle["state"]) == (50, 250, _state(250))
+    start = timeline(_rows(250), b"{}", upto=20)
     assert [r["cp"].step for r in start["rows"]] == list(range(1, 21))
     assert start["rows"][0]["diff"] is None  # no checkpoint before the first
+    assert start["rows"][0]["cp"].state == _state(1)
     assert (start["earlier"], start["later"]) == (None, 120)
-    assert timeline(_cps(250), upto=0)["rows"] == []
-    assert timeline([]) == {"rows": [], "total": 0, "earlier": None, "later": None}
+    assert timeline(_rows(250), b"{}", upto=0)["rows"] == []
+    assert timeline([], b"{}") == {"rows": [], "total": 0, "earlier": None, "later": None,
+                                   "state": None}
+
+
+@pytest.mark.parametrize("snapshot_every", [1, 7, 100, 1000])
+def test_states_at_replays_from_the_input_or_the_latest_snapshot(snapshot_every: int) -> None:
+    rows = _rows(300, snapshot_every)
+    want = [0, 1, 2, 98, 99, 150, 299]
+    got = states_at(b'{"seen": [], "from": "input"}', rows, reversed(want))
+    assert sorted(got) == want
+    for i in want:  # the input's key survives until a snapshot replaces the whole state
+        extra = {"from": "input"} if i + 1 < snapshot_every else {}
+        assert got[i] == {**_state(i + 1), **extra}, i
+    got[2]["n"] = "changed"  # each its own dict
+    assert states_at(b"{}", rows, [2])[2]["n"] == 3

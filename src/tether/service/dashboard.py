@@ -31,12 +31,13 @@ from ..errors import (
     SerializationError,
     TetherError,
 )
+from ..records import checkpoint_of
 from ..runtime import Runtime
 from .dashboard_auth import COOKIE, SESSION_TTL, UiAuth
 from .dashboard_data import Views
 from .dashboard_input import Refused, RunFilter, check_id, parse_weights
 from .dashboard_live import LiveHub
-from .dashboard_render import environment, render, state_diff, view_url
+from .dashboard_render import environment, render, state_diff, states_at, view_url
 from .events import encode
 
 T = TypeVar("T")
@@ -231,14 +232,14 @@ def dashboard_router(
             raise Refused(400, f"A step is a whole number, got {raw!r}.")
         try:
             run = await runtime.peek(tid)
-            cps = await runtime.checkpoints(tid)
         except RunNotFound:
             raise Refused(404, f"No run with thread_id {tid!r}.") from None
-        at = {cp.step: i for i, cp in enumerate(cps)}
-        i = at.get(int(raw))
+        base, rows = await views.checkpoint_rows(tid)
+        i = next((i for i, row in enumerate(rows) if row.step == int(raw)), None)
         if i is None:
             raise Refused(404, f"Run {tid!r} has no committed step {raw}.")
-        cp = cps[i]
+        states = states_at(base, rows, range(max(0, i - 1), i + 1))
+        cp = checkpoint_of(rows[i], states[i])
         calls, unreadable = [], None
         try:
             calls = await runtime.calls(tid, cp.step)
@@ -246,9 +247,9 @@ def dashboard_router(
             unreadable = str(exc)
         return page(request, v, "step.html", nav="runs", run=run, cp=cp, calls=calls,
                     unreadable=unreadable,
-                    diff=None if i == 0 else state_diff(cps[i - 1].state, cp.state),
-                    prev=cps[i - 1].step if i > 0 else None,
-                    next=cps[i + 1].step if i + 1 < len(cps) else None)
+                    diff=None if i == 0 else state_diff(states[i - 1], cp.state),
+                    prev=rows[i - 1].step if i > 0 else None,
+                    next=rows[i + 1].step if i + 1 < len(rows) else None)
 
     @router.get("/ui/runs/{thread_id:path}")
     @view

@@ -1,5 +1,6 @@
-"""What each dashboard view shows, read through the Runtime's public calls only, with the
-fingerprint its live probe compares (dashboard_live): a page and its probe share one reader.
+"""What each dashboard view shows, read through the Runtime's public calls (but a run's
+checkpoint rows: Views.checkpoint_rows), with the fingerprint its live probe compares
+(dashboard_live): a page and its probe share one reader.
 
 Reads are bounded whatever the store holds: a page of runs is a keyset range, a run's
 children tree stops at TREE_CAP runs, counts of pending interrupts stop at COUNT_CAP.
@@ -19,8 +20,9 @@ from urllib.parse import parse_qs
 import orjson
 
 from ..errors import RunNotFound, TetherError
+from ..history import record_of
 from ..runtime import Run, RunStatus, Runtime
-from ..store.base import StatusCounts
+from ..store.base import CheckpointRecord, StatusCounts
 from .dashboard_input import (
     MAX_ID,
     ORDERS,
@@ -162,21 +164,33 @@ class Views:
                     node.more, cut = True, True
         return roots, shown, cut
 
+    async def checkpoint_rows(self, thread_id: str) -> tuple[bytes, list[CheckpointRecord]]:
+        """The run's input and checkpoint rows, states not decoded: a page rebuilds only the
+        states it shows (dashboard_render.timeline), where Runtime.checkpoints decodes and
+        copies every step's (a 1,000-step run's page spent most of its time there). The one
+        read below the Runtime's calls, with the same not-found and pruned answers."""
+        rt = await self.runtime.open()
+        try:
+            rec = await record_of(rt.store, thread_id)
+        except RunNotFound:
+            raise Refused(404, f"No run with thread_id {thread_id!r}.") from None
+        return rec.input, await rt.store.checkpoints(thread_id)
+
     async def run(self, thread_id: str, upto: int | None = None) -> dict[str, Any]:
         run, interrupts, effects, inbox, sent, children, fp = await self.run_live(thread_id)
-        cps = await self.runtime.checkpoints(thread_id)
+        base, rows = await self.checkpoint_rows(thread_id)
+        tl = timeline(rows, base, upto)
         # The state after the last checkpoint is the run's state; before its first step it
         # is the input, which only get() reads.
-        current = cps[-1] if cps else None
-        if current is not None and current.step == run.step:
-            run = dataclasses.replace(run, state=current.state, inbox_depth=len(inbox))
+        if rows and rows[-1].step == run.step:
+            run = dataclasses.replace(run, state=tl["state"], inbox_depth=len(inbox))
         else:
             run = dataclasses.replace(await self.runtime.get(thread_id), inbox_depth=len(inbox))
         roots, shown, cut = await self.tree(children)
         return {"run": run, "interrupts": interrupts, "effects": effects, "inbox": inbox,
                 "sent": sent[:SENT_CAP], "sent_more": len(sent) > SENT_CAP,
                 "sent_cap": SENT_CAP,
-                "timeline": timeline(cps, upto), "fp": fp,
+                "timeline": tl, "fp": fp,
                 "tree": roots, "tree_size": shown, "tree_cut": cut, "tree_cap": TREE_CAP,
                 "pending": [i for i in interrupts if i.status == "pending"]}
 

@@ -1,13 +1,14 @@
 """What the dashboard's templates need besides the data: the Jinja2 environment (autoescaped,
 templates shipped in the package), value formatting, the state diff between two steps and
-the checkpoint timeline's pages."""
+the checkpoint timeline's pages, whose states are rebuilt from the checkpoint rows only
+where a page shows them."""
 
 from __future__ import annotations
 
 import bisect
 import datetime
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -15,7 +16,10 @@ from urllib.parse import quote
 import orjson
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from ..runtime import Checkpoint
+from .. import serde
+from ..records import checkpoint_of
+from ..state import apply
+from ..store.base import CheckpointRecord
 
 TIMELINE_PAGE = 100
 """Steps per page of a run's timeline."""
@@ -158,22 +162,51 @@ def render(env: Environment, name: str, context: Mapping[str, Any]) -> str:
     return env.get_template(name).render(**context)
 
 
-def timeline(cps: list[Checkpoint], upto: int | None = None) -> dict[str, Any]:
-    """One page of the run's checkpoint timeline: the TIMELINE_PAGE steps ending at `upto`
-    (default: the latest), each with its diff from the step before (the first step has no
-    earlier checkpoint to compare with) and its duration bar; and the neighbouring pages.
-    Only the shown steps are diffed and rendered: a long run's page stays small."""
-    steps = [cp.step for cp in cps]
-    end = len(cps) if upto is None else bisect.bisect_right(steps, upto)
+def states_at(base: bytes, rows: Sequence[CheckpointRecord], wanted: Iterable[int]
+              ) -> dict[int, dict[str, Any]]:
+    """The state after each wanted row (an index into `rows`, the run's checkpoints in step
+    order; `base`: its input), replayed only from the latest snapshot at or before it: a
+    1,000-step run's page decodes the rows it shows, not its whole log. Each state is its
+    own dict; they share the values that did not change (a replay never changes a value in
+    place: a delta sets keys and appends to new lists), so they are for reading only."""
+    snaps = [i for i, cp in enumerate(rows) if cp.kind == "s"]
+    out: dict[int, dict[str, Any]] = {}
+    state: dict[str, Any] | None = None
+    at = -1  # `state` is the state after rows[at] (-1: the input), None until first needed
+    for want in sorted(set(wanted)):
+        k = bisect.bisect_right(snaps, want) - 1
+        if k >= 0 and snaps[k] > at:  # a snapshot at or before it, later than where we are
+            at = snaps[k]
+            state = dict(serde.loads(rows[at].data))
+        elif state is None:
+            state = dict(serde.loads(base))
+        for i in range(at + 1, want + 1):
+            state = apply(state, rows[i].kind, rows[i].data)
+        at = want
+        out[want] = dict(state)
+    return out
+
+
+def timeline(rows: Sequence[CheckpointRecord], base: bytes, upto: int | None = None
+             ) -> dict[str, Any]:
+    """One page of the run's checkpoint timeline (`rows`: its checkpoints in step order,
+    `base`: its input): the TIMELINE_PAGE steps ending at `upto` (default: the latest), each
+    with its diff from the step before (the first step has no earlier checkpoint to compare
+    with) and its duration bar; the neighbouring pages; and `state`, the state after the
+    last step (None without steps). Only the shown steps' states are rebuilt and diffed."""
+    steps = [cp.step for cp in rows]
+    end = len(rows) if upto is None else bisect.bisect_right(steps, upto)
     start = max(0, end - TIMELINE_PAGE)
-    longest = max((cp.duration for cp in cps), default=0.0)
-    rows: list[dict[str, Any]] = []
+    longest = max((cp.finished_at - cp.started_at for cp in rows), default=0.0)
+    states = states_at(base, rows, [*range(max(0, start - 1), end),
+                                    *([len(rows) - 1] if rows else [])])
+    shown: list[dict[str, Any]] = []
     for i in range(start, end):
-        cp = cps[i]
-        rows.append({"cp": cp, "longest": longest,
-                     "diff": None if i == 0 else state_diff(cps[i - 1].state, cp.state)})
+        shown.append({"cp": checkpoint_of(rows[i], states[i]), "longest": longest,
+                      "diff": None if i == 0 else state_diff(states[i - 1], states[i])})
     return {
-        "rows": rows, "total": len(cps),
-        "earlier": cps[start - 1].step if start > 0 else None,
-        "later": cps[min(len(cps), end + TIMELINE_PAGE) - 1].step if end < len(cps) else None,
+        "rows": shown, "total": len(rows),
+        "earlier": rows[start - 1].step if start > 0 else None,
+        "later": rows[min(len(rows), end + TIMELINE_PAGE) - 1].step if end < len(rows) else None,
+        "state": states[len(rows) - 1] if rows else None,
     }
