@@ -2,6 +2,7 @@
 
     python -m bench.dashboard                         # both stores, full scale
     python -m bench.dashboard --backend postgres --scale 0.1
+    python -m bench.dashboard --keep --pages updated  # reuse the stores of the last --keep run
 
 Fills a fresh database in SQL (generate_series on Postgres, a recursive CTE on SQLite):
 1,000,000 runs with 10 checkpoints each (10,000,000) on Postgres, 100,000 runs with 10 each
@@ -12,20 +13,30 @@ runs one run of 1,000 steps. Each page is served by the real app (create_app, in
 network) N times after a warm-up; the time is the request's, as the server spends it.
 Reference, in the same run: the same pages on a store of 1,000 runs (the `ratio` column).
 Goals: runs list, a filtered list and the inbox < 100 ms p95; the 1,000-step run < 200 ms.
+
+--keep keeps the filled stores (Postgres databases tether_dash_<size>, SQLite files in
+$TMPDIR/tether_dash/) and reuses them in the next --keep run: migrated to the checkout's
+schema, their long run kept, so only the pages are measured again (--drop removes them).
+--pages measures only the pages whose name contains that text.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
+import shutil
 import statistics
+import tempfile
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 
 import tether
-from tether.bench.common import bench_db
+from tether.bench.common import bench_db, pg_admin_url, pg_url
 from tether.service.api import create_app
 
 STEPS = 10
@@ -122,6 +133,9 @@ def long_agent() -> tether.Agent:
 
 
 async def long_run(rt: tether.Runtime) -> str:
+    with contextlib.suppress(tether.RunNotFound):
+        if (await rt.peek("long-run")).step == 1000:  # a kept store's
+            return "long-run"
     stop = asyncio.Event()
     worker = asyncio.create_task(rt.work(concurrency=4, stop=stop))
     try:
@@ -151,7 +165,7 @@ def pages(long_id: str) -> dict[str, str]:
 GOALS = {"run of 1,000 steps": 200.0}
 
 
-async def measure(url: str, n: int) -> dict[str, tuple[float, float]]:
+async def measure(url: str, n: int, only: str | None) -> dict[str, tuple[float, float]]:
     rt = tether.Runtime(url, agents=[long_agent()], version="v1")
     try:
         long_id = await long_run(rt)
@@ -160,6 +174,8 @@ async def measure(url: str, n: int) -> dict[str, tuple[float, float]]:
         async with app.router.lifespan_context(app), httpx.AsyncClient(
                 transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as c:
             for name, path in pages(long_id).items():
+                if only is not None and only not in name:
+                    continue
                 times = []
                 for i in range(n + 3):
                     t0 = time.perf_counter()
@@ -175,16 +191,93 @@ async def measure(url: str, n: int) -> dict[str, tuple[float, float]]:
         await rt.close()
 
 
-async def one(backend: str, runs: int, n: int) -> list[dict[str, Any]]:
+KEPT = os.path.join(tempfile.gettempdir(), "tether_dash")
+FILLED = "bench_dashboard_filled"  # a kept store's mark: filled to the end, with how many runs
+
+
+def kept_url(backend: str, size: int) -> str:
+    if backend == "sqlite":
+        return f"sqlite:///{os.path.join(KEPT, f'sqlite_{size}.db')}"
+    return pg_url(f"tether_dash_{size}")
+
+
+async def sql(url: str, query: str, admin: bool = False) -> list[tuple[Any, ...]]:
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+        try:
+            rows = conn.execute(query).fetchall()
+            conn.commit()
+            return rows
+        finally:
+            conn.close()
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(pg_admin_url() if admin else url,
+                                                     autocommit=True) as conn:
+        cur = await conn.execute(query.encode())
+        return list(await cur.fetchall()) if cur.description else []
+
+
+@contextlib.asynccontextmanager
+async def kept_db(backend: str, size: int) -> AsyncIterator[tuple[str, bool]]:
+    """A kept store of `size` runs: (url, whether it is filled already). One left half
+    filled by an interrupted run is emptied first."""
+    url = kept_url(backend, size)
+    name = url.rsplit("/", 1)[1]
+    if backend == "sqlite":
+        os.makedirs(KEPT, exist_ok=True)
+    elif not await sql(url, f"SELECT 1 FROM pg_database WHERE datname = '{name}'", admin=True):
+        await sql(url, f'CREATE DATABASE "{name}"', admin=True)
+    try:
+        filled = await sql(url, f"SELECT runs FROM {FILLED}") == [(size,)]
+    except Exception:  # no such table: never filled to the end
+        filled = False
+    if not filled:
+        await drop(backend, size)
+        if backend == "postgres":
+            await sql(url, f'CREATE DATABASE "{name}"', admin=True)
+    yield url, filled
+    if not filled:
+        await sql(url, f"CREATE TABLE {FILLED} (runs INTEGER); INSERT INTO {FILLED} VALUES "
+                       f"({size})" if backend == "postgres" else
+                  f"CREATE TABLE {FILLED} AS SELECT {size} AS runs")
+
+
+async def drop(backend: str, size: int) -> None:
+    url = kept_url(backend, size)
+    if backend == "sqlite":
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(url.removeprefix("sqlite:///") + suffix)
+    else:
+        name = url.rsplit("/", 1)[1]
+        await sql(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', admin=True)
+
+
+@contextlib.asynccontextmanager
+async def fresh_db(backend: str) -> AsyncIterator[tuple[str, bool]]:
+    async with bench_db(backend) as url:
+        yield url, False
+
+
+async def one(backend: str, runs: int, n: int, keep: bool, only: str | None
+              ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     results = {}
     for label, size in (("reference", 1000), ("big", runs)):
-        async with bench_db(backend) as url:
+        async with (kept_db(backend, size) if keep else fresh_db(backend)) as (url, filled):
+            t0 = time.perf_counter()
             await tether.Runtime(url).migrate()
-            fill_s = await fill(url, size)
-            print(f"# {backend}: {size:,} runs, {size * STEPS:,} checkpoints filled in "
-                  f"{fill_s:.1f} s", flush=True)
-            results[label] = await measure(url, n)
+            if filled:
+                print(f"# {backend}: {size:,} runs, {size * STEPS:,} checkpoints, kept "
+                      f"(migrated in {time.perf_counter() - t0:.1f} s)", flush=True)
+            else:
+                fill_s = await fill(url, size)
+                print(f"# {backend}: {size:,} runs, {size * STEPS:,} checkpoints filled in "
+                      f"{fill_s:.1f} s", flush=True)
+            results[label] = await measure(url, n, only)
     for name, (p50, p95) in results["big"].items():
         ref95 = results["reference"][name][1]
         goal = GOALS.get(name, 100.0)
@@ -201,13 +294,26 @@ def main() -> None:
                    help="fraction of the full size (1,000,000 runs on Postgres, 100,000 on "
                         "SQLite, 10 checkpoints each)")
     p.add_argument("--requests", type=int, default=40, help="timed requests per page")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the filled stores, and reuse those a --keep run left")
+    p.add_argument("--drop", action="store_true", help="remove the kept stores, measure none")
+    p.add_argument("--pages", default=None, help="only the pages whose name contains this")
     a = p.parse_args()
     if not 0 < a.scale <= 10 or a.requests < 2:
         p.error("--scale must be in (0, 10] and --requests at least 2")
     rows: list[dict[str, Any]] = []
     for backend in (["sqlite", "postgres"] if a.backend == "both" else [a.backend]):
         full = 1_000_000 if backend == "postgres" else 100_000
-        rows += asyncio.run(one(backend, max(1000, int(full * a.scale)), a.requests))
+        size = max(1000, int(full * a.scale))
+        if a.drop:
+            for s in {1000, size}:
+                asyncio.run(drop(backend, s))
+            if backend == "sqlite" and os.path.isdir(KEPT) and not os.listdir(KEPT):
+                shutil.rmtree(KEPT)
+            continue
+        rows += asyncio.run(one(backend, size, a.requests, a.keep, a.pages))
+    if a.drop:
+        return
     print("\n| store | runs | checkpoints | page | p50 ms | p95 ms | goal | "
           "p95 on 1,000 runs | ratio |")
     print("|---|---:|---:|---|---:|---:|---|---:|---:|")
