@@ -5,6 +5,7 @@ too small for two keeps one writer and a connection for reads."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 
 import orjson
@@ -74,5 +75,44 @@ async def test_a_pool_of_two_keeps_one_writer_and_reads_still_run(pg_url: str) -
             await locker.execute("ROLLBACK")
         await asyncio.wait_for(asyncio.gather(blocked, queued), 10)
         assert await store.load_journal(other.thread_id, 1) == [JournalRecord(0, "f", b'"ok"')]
+    finally:
+        await store.close()
+
+
+async def test_queued_and_leased_starts_commit_together_and_queued_ones_are_announced(
+        pg_url: str) -> None:
+    """One group commit of starts mixing runs leased to a local worker, queued runs of two
+    versions and a thread_id that exists: each comes back as create_run alone returns it, the
+    queued ones are claimable by their version's workers, and each of those versions hears of
+    work."""
+    store = PostgresStore(pg_url)
+    await store.open()
+    try:
+        await store.create_run(_new("old"))
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
+            await listener.execute("LISTEN tether_work")
+            queued = [dataclasses.replace(_new(f"q{i}"), version=f"v{2 + i % 2}")
+                      for i in range(20)]
+            made = await asyncio.gather(
+                *(store.create_run(_new(f"l{i}"), lease=(WORKER, 60.0)) for i in range(20)),
+                *(store.create_run(new) for new in queued),
+                store.create_run(_new("old"), lease=(WORKER, 60.0)))
+            leased, fresh, (again, created_again) = made[:20], made[20:40], made[40]
+            assert all(created and run.status == "running" and run.lease_owner == WORKER
+                       and run.epoch == 1 for run, created in leased)
+            assert all(created and run.status == "queued" and run.lease_owner is None
+                       and run.epoch == 0 and run.version == new.version
+                       for (run, created), new in zip(fresh, queued, strict=True))
+            assert (again.thread_id, again.status, created_again) == ("old", "queued", False)
+            heard: set[str] = set()
+            async with asyncio.timeout(10):
+                async for note in listener.notifies():
+                    heard.add(note.payload)
+                    if {"v2", "v3"} <= heard:
+                        break
+        for version in ("v2", "v3"):
+            claimed = await store.claim_runs("w2", version, ["a"], 100, 60.0)
+            assert sorted(r.thread_id for r in claimed) == sorted(
+                n.thread_id for n in queued if n.version == version)
     finally:
         await store.close()

@@ -81,7 +81,7 @@ class GroupCommitter:
             q["commit_step"]: Bulk(q["commit_steps"], _thread_key, _distinct_runs,
                                    itemgetter(0)),  # commit_step's row: (thread_id, updated_at)
             q["insert_journal"]: Bulk(q["insert_journals"], _journal_key, _always),
-            q["create_run"]: Bulk(q["create_runs"], _thread_key, _fresh_leased_runs,
+            q["create_run"]: Bulk(q["create_runs"], _thread_key, _fresh_runs,
                                   itemgetter(1)),  # create_run's row: (created, thread_id, ...)
         }
         self._accepting = False  # writes are taken (the committers run)
@@ -385,10 +385,10 @@ def _always(seq: list[Params]) -> bool:
     return True
 
 
-def _fresh_leased_runs(seq: list[Params]) -> bool:
-    """create_runs takes runs leased to a local worker without idempotency key, once each."""
-    return (all(p["lease_owner"] is not None and p["idempotency_key"] is None for p in seq)
-            and _distinct_runs(seq))
+def _fresh_runs(seq: list[Params]) -> bool:
+    """create_runs takes runs without idempotency key (queued, or leased to a local worker),
+    once each."""
+    return all(p["idempotency_key"] is None for p in seq) and _distinct_runs(seq)
 
 
 class Bulk(NamedTuple):

@@ -42,25 +42,34 @@ UNION ALL
  LIMIT 1);
 
 -- name: create_runs
--- Many create_runs of runs leased to a local worker (no idempotency key) in one statement,
--- inside a group commit: each inserted as create_run inserts it, returning the row
--- create_run returns for it; a run whose thread_id exists returns nothing (create_run then
--- reads the run it collides with). The rows come as one JSON array of create_run's
--- parameters (input as its UTF-8 text). Leased runs are not announced.
-WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now)
-INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash, idempotency_key,
-                  parent_thread_id, forked_from, forked_step, lease_owner, lease_expires_at,
-                  epoch, attempt, created_at, updated_at, trace_context)
-SELECT r.thread_id, r.agent, r.version, 'running', r.node, convert_to(r.input, 'UTF8'),
-       r.input_hash, NULL, r.parent_thread_id, r.forked_from, r.forked_step, r.lease_owner,
-       t.now + r.lease_ttl, 1, 1, t.now, t.now, r.trace_context
-FROM json_to_recordset(%(rows)s::json)
-    AS r(thread_id text, agent text, version text, node text, input text, input_hash text,
-         parent_thread_id text, forked_from text, forked_step bigint, lease_owner text,
-         lease_ttl float8, trace_context text),
-     t
-ON CONFLICT DO NOTHING
-RETURNING true, {{run_columns}}, 0;
+-- Many create_runs without idempotency key in one statement, inside a group commit: each
+-- inserted as create_run inserts it (queued and announced, or leased to a local worker),
+-- returning the row create_run returns for it; a run whose thread_id exists returns nothing
+-- (create_run then reads the run it collides with). The rows come as one JSON array of
+-- create_run's parameters (input as its UTF-8 text). One announcement per version queued.
+WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
+ins AS (
+    INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash,
+                      idempotency_key, parent_thread_id, forked_from, forked_step,
+                      lease_owner, lease_expires_at, epoch, attempt, created_at, updated_at,
+                      trace_context)
+    SELECT r.thread_id, r.agent, r.version,
+           CASE WHEN r.lease_owner IS NULL THEN 'queued' ELSE 'running' END,
+           r.node, convert_to(r.input, 'UTF8'), r.input_hash, NULL, r.parent_thread_id,
+           r.forked_from, r.forked_step, r.lease_owner, t.now + r.lease_ttl,
+           CASE WHEN r.lease_owner IS NULL THEN 0 ELSE 1 END,
+           CASE WHEN r.lease_owner IS NULL THEN 0 ELSE 1 END, t.now, t.now, r.trace_context
+    FROM json_to_recordset(%(rows)s::json)
+        AS r(thread_id text, agent text, version text, node text, input text,
+             input_hash text, parent_thread_id text, forked_from text, forked_step bigint,
+             lease_owner text, lease_ttl float8, trace_context text),
+         t
+    ON CONFLICT DO NOTHING
+    RETURNING {{run_columns}}
+),
+woke AS MATERIALIZED (SELECT pg_notify('tether_work', v.version)
+                      FROM (SELECT DISTINCT version FROM ins WHERE lease_owner IS NULL) v)
+SELECT true, ins.*, (SELECT count(*) FROM woke) FROM ins;
 
 -- name: get_run
 SELECT {{run_columns}}
