@@ -6,7 +6,8 @@ the machine's drift (other processes, the disk) falls on both sides alike.
 Each run is `python -m bench.workloads ARGS...` in a fresh process with PYTHONPATH set to that
 checkout's src/ (so one venv serves both), the order within a pair alternating. Prints every
 run's metrics plus its CPU time (user + system, from the process's rusage), then the median of
-each metric per side and after/before.
+each metric per side and after/before, and the median of the pairs' own ratios with a
+bootstrap 95% interval (the figure to quote when the runs' spread is wider than the change).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import resource
 import statistics
 import subprocess
@@ -63,8 +65,28 @@ def main(argv: list[str]) -> int:
         b = statistics.median(m[metric] for m in sides["before"])
         a = statistics.median(m[metric] for m in sides["after"])
         ratio = f"{a / b:.3f}" if b else "-"
-        print(f"  {metric:28} before {b:12g}  after {a:12g}  after/before {ratio}")
+        paired = pair_ratios(sides, metric)
+        spread = ""
+        if paired:
+            low, high = bootstrap_ci(paired)
+            spread = f"  pair ratio {statistics.median(paired):.3f} [{low:.3f}, {high:.3f}]"
+        print(f"  {metric:28} before {b:12g}  after {a:12g}  after/before {ratio}{spread}")
+    print("(pair ratio: the median of each pair's after/before, with a bootstrap 95% interval)")
     return 0
+
+
+def pair_ratios(sides: dict[str, list[dict[str, float]]], metric: str) -> list[float]:
+    """after/before of each pair (the two runs back to back share the machine's state)."""
+    return [a[metric] / b[metric] for b, a in zip(sides["before"], sides["after"], strict=True)
+            if b.get(metric) and metric in a]
+
+
+def bootstrap_ci(ratios: list[float], rounds: int = 5000) -> tuple[float, float]:
+    """A 95% interval of the median of `ratios` (percentile bootstrap, fixed seed)."""
+    rng = random.Random(1)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios)))
+                     for _ in range(rounds))
+    return medians[int(0.025 * rounds)], medians[int(0.975 * rounds) - 1]
 
 
 if __name__ == "__main__":

@@ -250,6 +250,7 @@ class Worker:
                 except StoreError as exc:
                     log.warning("claim failed, retrying in %.1fs: %s", poll, exc)
                     claimed = []
+                mail = await self._with_mail(claimed)
                 for rec in claimed:
                     if self._stopping:
                         self._orphans[rec.thread_id] = Lease(rec.thread_id, self.id, rec.epoch)
@@ -259,7 +260,9 @@ class Worker:
                     self.cancel_local(rec.thread_id, "superseded")
                     lease = Lease(rec.thread_id, self.id, rec.epoch)
                     self._leases[rec.thread_id] = lease
-                    self._tasks[rec.thread_id] = tg.create_task(self._drive(rec, lease))
+                    no_mail = mail is not None and rec.thread_id not in mail
+                    self._tasks[rec.thread_id] = tg.create_task(
+                        self._drive(rec, lease, no_mail=no_mail))
                 if len(claimed) == want:
                     await asyncio.sleep(0)
                     continue
@@ -325,10 +328,22 @@ class Worker:
 
     # -- one run ---------------------------------------------------------------------------
 
-    async def _drive(self, rec: RunRecord, lease: Lease, fresh: bool = False) -> None:
+    async def _with_mail(self, claimed: list[RunRecord]) -> set[str] | None:
+        """Which claimed runs have mail to read (None: unknown, so each reads its inbox)."""
+        if not claimed:
+            return set()
+        try:
+            return await self.store.with_mail([rec.thread_id for rec in claimed])
+        except StoreError as exc:
+            log.debug("mail check of %d claimed runs failed: %s", len(claimed), exc)
+            return None
+
+    async def _drive(self, rec: RunRecord, lease: Lease, fresh: bool = False,
+                     no_mail: bool = False) -> None:
         """A run's task: run steps until the run parks, finishes, fails or is released.
         `fresh`: created just now leased to us, so it has no checkpoints, journal or mail to
-        read yet (mail sent from now on is seen at its next step, as for any run mid-step).
+        read yet (mail sent from now on is seen at its next step, as for any run mid-step);
+        `no_mail`: claimed, and a check made after the claim found no mail for it.
         One coroutine, not a wrapper around another: every resume of a step passes through
         each level of the chain (here, the node, ctx.call, ...), one cache miss or more each
         with thousands of runs in flight."""
@@ -345,8 +360,9 @@ class Worker:
             # run that parked in one). Runs routed to another version's worker start so.
             first = fresh or (rec.step == 0 and rec.epoch == 1)
             journal = [] if first else await store.load_journal(rec.thread_id, rec.step + 1)
-            inbox = [] if fresh else [Message(m.id, m.sender, serde.loads(m.message), m.created_at)
-                                      for m in await store.load_inbox(rec.thread_id)]
+            inbox = [] if fresh or no_mail else [
+                Message(m.id, m.sender, serde.loads(m.message), m.created_at)
+                for m in await store.load_inbox(rec.thread_id)]
             step, node_name, attempt, failures = rec.step, rec.node, rec.attempt, rec.failures
             snapshot_every = self.settings.snapshot_every
             while True:

@@ -307,6 +307,16 @@ async def test_load_inbox_of_an_unknown_or_empty_run_is_empty(store: Store) -> N
     assert await store.inbox_depth("nope") == 0
 
 
+async def test_with_mail_names_the_runs_with_unconsumed_mail(store: Store) -> None:
+    some, read, none = [await create(store) for _ in range(3)]
+    await store.send_message(some.thread_id, b"1")
+    mid = await store.send_message(read.thread_id, b"2")
+    await store.commit_step(commit(await claim(store, read), 1, consumed=[mid]))
+    ids = [some.thread_id, read.thread_id, none.thread_id, "nope"]
+    assert await store.with_mail(ids) == {some.thread_id}
+    assert await store.with_mail([]) == set()
+
+
 # -- parking for mail -------------------------------------------------------------------------
 
 

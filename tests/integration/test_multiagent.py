@@ -173,6 +173,28 @@ async def test_actor_state_and_inbox_depth_show_in_get(db_url: str) -> None:
         await rt.close()
 
 
+async def test_mail_sent_to_a_queued_run_is_read_at_its_first_step(db_url: str) -> None:
+    """A worker claims queued runs, and those with mail read it at their first step (the
+    claim asks which have mail; the others skip reading an inbox)."""
+    agent = Agent("reader")
+
+    @agent.node(start=True)
+    async def read(state: State, ctx: Context) -> Command:
+        return finish({"got": [m.body for m in ctx.inbox]})
+
+    rt = make_runtime(db_url, agent)
+    try:
+        runs = [await rt.start(agent, {}, thread_id=f"r{i}") for i in range(6)]
+        for run in runs[::2]:
+            await rt.send(run.thread_id, {"to": run.thread_id})
+        async with working(rt):
+            done = [await rt.wait(run.thread_id, timeout=WAIT) for run in runs]
+        assert [r.state["got"] for r in done] == [
+            [{"to": f"r{i}"}] if i % 2 == 0 else [] for i in range(6)]
+    finally:
+        await rt.close()
+
+
 async def test_replies_are_committed_with_the_actors_step(db_url: str) -> None:
     """Response: an actor's replies reach their senders, committed with its checkpoint."""
     entered, release = asyncio.Event(), asyncio.Event()

@@ -46,10 +46,6 @@ from .base import (
     SentRecord,
     StatusCounts,
     StepCommit,
-    finished_run,
-    mail_refused,
-    new_run_params,
-    same_run,
 )
 from .listing import RunQuery
 from .measure import LoadStats
@@ -62,6 +58,7 @@ from .pg_listen import CHANNEL, EFFECTS_CHANNEL, Listener
 from .pg_retention import PgRetention
 from .pg_steps import add_children, step_params, step_transaction
 from .plan import FINISH, FULL, RELEASE, SPAWN, step_kind, step_wakes, wakes_workers
+from .rows import finished_run, mail_refused, new_run_params, same_run
 
 __all__ = ["CHANNEL", "EFFECTS_CHANNEL", "PostgresStore"]
 
@@ -459,6 +456,9 @@ class PostgresStore:
     async def sent_mail(self, sender: str, limit: int = 100) -> list[SentRecord]:
         rows = await self._conns.read(self._q["sent_mail"], {"sender": sender, "limit": limit})
         return [SentRecord(*r) for r in rows]
+
+    async def with_mail(self, thread_ids: Sequence[str]) -> set[str]:
+        return {r[0] for r in await self._conns.read(self._q["with_mail"], {"ids": list(thread_ids)})}
 
     async def inbox_depth(self, thread_id: str) -> int:
         row = await self._conns.hot_read_one(self._q["inbox_depth"], {"thread_id": thread_id})

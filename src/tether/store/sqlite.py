@@ -38,16 +38,13 @@ from .base import (
     SentRecord,
     StatusCounts,
     StepCommit,
-    finished_run,
-    mail_refused,
-    new_run_params,
-    same_run,
 )
 from .listing import RunQuery
 from .measure import LoadStats
 from .measure import measure as measure_load
 from .migrate import behind_message, latest, queries
 from .plan import ADVANCE, FINISH, StepWakes, step_kind, step_wakes
+from .rows import finished_run, mail_refused, new_run_params, same_run
 from .sqlite_deploy import SQLiteDeployments
 from .sqlite_io import Fenced, SQLiteConnections, apply_migrations, audited, parse_sqlite_url, schema_applied
 from .sqlite_retention import SQLiteRetention
@@ -333,6 +330,10 @@ class SQLiteStore:
     async def sent_mail(self, sender: str, limit: int = 100) -> list[SentRecord]:
         q, params = self._q["sent_mail"], {"sender": sender, "limit": limit}
         return [SentRecord(*r) for r in await self._r(lambda c: c.execute(q, params).fetchall())]
+
+    async def with_mail(self, thread_ids: Sequence[str]) -> set[str]:
+        q, ids = self._q["with_mail"], {"ids": orjson.dumps(list(thread_ids)).decode()}
+        return {r[0] for r in await self._r(lambda c: c.execute(q, ids).fetchall())}
 
     async def inbox_depth(self, thread_id: str) -> int:
         q = self._q["inbox_depth"]

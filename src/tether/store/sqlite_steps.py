@@ -9,8 +9,9 @@ from typing import Any, Final
 import orjson
 
 from ..errors import DuplicateEffectKey, EffectError, RunNotFound
-from .base import RUN_COLUMNS, StepCommit, new_run_params
+from .base import RUN_COLUMNS, StepCommit
 from .plan import StepWakes
+from .rows import new_run_params
 
 _PARENT: Final = RUN_COLUMNS.index("parent_thread_id")
 

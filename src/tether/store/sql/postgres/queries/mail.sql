@@ -25,6 +25,11 @@ WHERE thread_id = %(thread_id)s AND consumed_step IS NULL
 ORDER BY id
 LIMIT %(limit)s;
 
+-- name: with_mail
+-- Which of these runs have unconsumed mail (a claim's runs; mailbox_pending, a probe each).
+SELECT DISTINCT thread_id FROM mailbox
+WHERE thread_id = ANY(%(ids)s::text[]) AND consumed_step IS NULL;
+
 -- name: sent_mail
 -- What a run sent, newest first (mailbox_sender): recipient, when, consumed or not.
 SELECT id, thread_id, message, created_at, consumed_step FROM mailbox

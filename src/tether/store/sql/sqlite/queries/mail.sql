@@ -14,6 +14,11 @@ WHERE thread_id = :thread_id AND status = 'waiting' AND waiting_for = 'mail';
 SELECT id, sender, message, created_at FROM mailbox
 WHERE thread_id = :thread_id AND consumed_step IS NULL ORDER BY id LIMIT :limit;
 
+-- name: with_mail
+-- Which of these runs (a JSON array) have unconsumed mail (mailbox_pending, a probe each).
+SELECT DISTINCT thread_id FROM mailbox
+WHERE thread_id IN (SELECT value FROM json_each(:ids)) AND consumed_step IS NULL;
+
 -- name: consume_messages
 -- Messages are consumed by exactly one committed step (the caller checked the epoch).
 UPDATE mailbox SET consumed_step = :step
