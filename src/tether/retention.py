@@ -6,7 +6,8 @@ one agent. Non-terminal runs are never removed, nor runs with an effect still to
 mail not yet read.
 
 The pruner takes a maintenance lease in the store (one pruner at a time across processes;
-a killed pruner's lease expires), walks the runs table once in thread_id order, and removes
+a killed pruner's lease expires), walks the runs table once (in the order the store's rows
+are best removed in: thread_id on SQLite, creation on Postgres), and removes
 runs in batches: each batch is one transaction that re-checks every run, writes its
 tombstone and deletes its checkpoints, journal, effects, mail, interrupts and group
 memberships, so a pruner killed at any point leaves a consistent store and the next one
@@ -237,17 +238,18 @@ async def prune(store: Store, policy: Policy, *, lock_ttl: float, dry_run: bool 
 async def _remove(store: Store, cutoffs: Cutoffs, report: Report, owner: str, lock_ttl: float,
                   progress: Progress | None, audit: Audit | None, stop: asyncio.Event,
                   base: int, started: float) -> None:
-    ops, after, size = store.retention, "", base
+    ops, size = store.retention, base
+    after: Any = None  # the store's position in its walk
     while not stop.is_set():
         t0 = time.monotonic()
         busy = await ops.running_now()
         pace = (BUSY_PACE if busy else PACE).get(store.dialect, 1.0)
         n = max(1, size // BUSY_BATCH.get(store.dialect, 1)) if busy else size
-        ids = await ops.prune_candidates(cutoffs, after, n)
-        if not ids:
+        found = await ops.prune_candidates(cutoffs, after, n)
+        if not found.thread_ids:
             return
-        after = ids[-1]
-        done = await ops.prune_runs(ids, cutoffs, audit)
+        after = found.after
+        done = await ops.prune_runs(found.thread_ids, cutoffs, audit)
         took = time.monotonic() - t0
         size = next_batch(size, base, took)
         report.runs += len(done.thread_ids)

@@ -1,7 +1,8 @@
 """Postgres's part of retention: the Retention operations over the store's pool.
 
-A prune batch is one transaction of its own (pipelined: the marking statement, then the
-deletes), holding only the rows of the runs it removes, so workers' commits go on beside it.
+A prune batch is one transaction of its own (pipelined: the marking statement, which deletes
+the run rows and writes their tombstones, then the other tables' deletes), holding only the
+rows of the runs it removes, so workers' commits go on beside it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from typing import Any
 
 from .audit import Audit
 from .pg_conn import BEGIN, Conn, PgConnections
-from .retention_types import PRUNE_TABLES, Cutoffs, Pruned, Space, Tombstone
+from .retention_types import PRUNE_TABLES, Candidates, Cutoffs, Pruned, Space, Tombstone
+
+TABLES = tuple(t for t in PRUNE_TABLES if t != "runs_rows")
+"""What goes with a batch's runs after prune_mark (which deletes the run rows themselves)."""
 
 
 class PgRetention:
@@ -30,10 +34,15 @@ class PgRetention:
     async def drop_lock(self, name: str, owner: str) -> None:
         await self._conns.fetchall(self._q["drop_lock"], {"name": name, "owner": owner})
 
-    async def prune_candidates(self, cutoffs: Cutoffs, after: str, limit: int) -> list[str]:
-        rows = await self._rows("prune_candidates",
-                                {**cutoffs.params(), "after": after, "limit": limit})
-        return [r[0] for r in rows]
+    async def prune_candidates(self, cutoffs: Cutoffs, after: Any, limit: int) -> Candidates:
+        # In creation order (retention.sql says why); `after` is (created_at, thread_id).
+        at, tid = after if after is not None else (float("-inf"), "")
+        rows = await self._rows("prune_candidates", {
+            **cutoffs.params(), "after_at": at, "after": tid, "horizon": cutoffs.horizon,
+            "limit": limit})
+        if not rows:
+            return Candidates([], after)
+        return Candidates([r[0] for r in rows], (float(rows[-1][1]), str(rows[-1][0])))
 
     async def running_now(self) -> bool:
         return bool((await self._rows("running_now", {}))[0][0])
@@ -56,9 +65,9 @@ class PgRetention:
             if marked:
                 curs = []
                 async with conn.pipeline():
-                    for table in PRUNE_TABLES:
+                    for table in TABLES:
                         curs.append(await conn.execute(q[f"prune_{table}"], {"ids": marked}))
-                rows = sum(max(0, c.rowcount) for c in curs)
+                rows = len(marked) + sum(max(0, c.rowcount) for c in curs)  # + run rows
                 if audit is not None:
                     await conn.execute(q["insert_audit"], audit.counted(len(marked)).params())
             return Pruned(marked, rows)

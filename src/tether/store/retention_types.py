@@ -27,6 +27,21 @@ class Cutoffs:
         return {"completed": self.completed, "failed": self.failed,
                 "cancelled": self.cancelled, "agent": self.agent}
 
+    @property
+    def horizon(self) -> float | None:
+        """The latest cut-off: a run created after it cannot have finished before it."""
+        cuts = [c for c in (self.completed, self.failed, self.cancelled) if c is not None]
+        return max(cuts) if cuts else None
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """A batch of runs a prune may remove, and where the walk goes on after it (a position
+    of the store's own walk; None: the start)."""
+
+    thread_ids: list[str]
+    after: Any
+
 
 @dataclass(frozen=True, slots=True)
 class Tombstone:
@@ -70,9 +85,10 @@ class Retention(Protocol):
     async def drop_lock(self, name: str, owner: str) -> None:
         """Release the lease if `owner` still holds it."""
 
-    async def prune_candidates(self, cutoffs: Cutoffs, after: str, limit: int) -> list[str]:
+    async def prune_candidates(self, cutoffs: Cutoffs, after: Any, limit: int) -> Candidates:
         """Up to `limit` runs the cut-offs remove (terminal for long enough, no effect left to
-        perform, no unconsumed mail), after `after` in thread_id order."""
+        perform, no unconsumed mail), after the position `after` (None: from the start) of a
+        walk that meets each run once, in the order the store's rows are best removed in."""
 
     async def running_now(self) -> bool:
         """Whether some worker is running a run now (its lease unexpired)."""

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from .audit import Audit
-from .retention_types import PRUNE_TABLES, Cutoffs, Pruned, Space, Tombstone
+from .retention_types import PRUNE_TABLES, Candidates, Cutoffs, Pruned, Space, Tombstone
 
 Job = Callable[[sqlite3.Connection], Any]
 _INCREMENTAL = 2  # PRAGMA auto_vacuum's value for incremental mode
@@ -43,10 +43,13 @@ class SQLiteRetention:
         q = self._q["drop_lock"]
         await self._write(lambda c: c.execute(q, {"name": name, "owner": owner}))
 
-    async def prune_candidates(self, cutoffs: Cutoffs, after: str, limit: int) -> list[str]:
+    async def prune_candidates(self, cutoffs: Cutoffs, after: Any, limit: int) -> Candidates:
+        # In thread_id order: checkpoints and journal are WITHOUT ROWID tables, stored in
+        # their primary key's order, so a batch's deletes fall on adjacent pages.
         rows = await self._rows("prune_candidates",
-                                {**cutoffs.params(), "after": after, "limit": limit})
-        return [r[0] for r in rows]
+                                {**cutoffs.params(), "after": after or "", "limit": limit})
+        ids = [r[0] for r in rows]
+        return Candidates(ids, ids[-1] if ids else after)
 
     async def running_now(self) -> bool:
         return bool((await self._rows("running_now", {}))[0][0])

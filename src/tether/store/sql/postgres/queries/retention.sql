@@ -33,12 +33,19 @@ SELECT EXISTS (SELECT 1 FROM runs WHERE lease_owner IS NOT NULL AND status = 'ru
                AND lease_expires_at > extract(epoch FROM clock_timestamp())::float8);
 
 -- name: prune_candidates
--- The next prunable runs after %(after)s in thread_id order (a walk over the primary key, so a
--- prune reads the runs table once, however many batches it takes).
-SELECT r.thread_id FROM runs r
-WHERE r.thread_id > %(after)s AND
+-- The next prunable runs after (%(after_at)s, %(after)s) in (created_at, thread_id) order, with
+-- their created_at (the walk's next position): a walk over runs_created, so a prune reads the
+-- runs table once, however many batches it takes. Creation order is the order a run's rows
+-- were written in (runs, and roughly their checkpoints and journal), so a batch's deletes fall
+-- on few heap pages, each emptied by one or two batches; in thread_id order (random: uuids,
+-- hashes) every batch touched pages all over the heap, each page dirtied (and written, with a
+-- full-page image in the WAL after each checkpoint) again and again. The walk ends at the
+-- latest cut-off (%(horizon)s): a run created after it cannot have finished before it.
+SELECT r.thread_id, r.created_at FROM runs r
+WHERE (r.created_at, r.thread_id) > (%(after_at)s::float8, %(after)s::text)
+  AND r.created_at < %(horizon)s::float8 AND
 {{prunable}}
-ORDER BY r.thread_id LIMIT %(limit)s;
+ORDER BY r.created_at, r.thread_id LIMIT %(limit)s;
 
 -- name: prune_estimate
 -- What a prune would remove, by status and agent: runs and the bytes of their rows' payloads.
@@ -55,11 +62,18 @@ GROUP BY r.status, r.agent ORDER BY r.status, r.agent;
 
 -- name: prune_mark
 -- The batch's runs that are still prunable inside the removing transaction (a run retried or
--- sent mail since it was listed stays), recorded as tombstones.
+-- sent mail since it was listed stays: the DELETE locks each row and, if a worker changed it
+-- meanwhile, tests the row as it is now), deleted, and recorded as tombstones. Deleting the
+-- run rows here, not in a statement of their own after the other tables, finds each row once
+-- (one primary-key lookup, not two) and takes the run's row lock first, as workers do.
+WITH gone AS (
+    DELETE FROM runs r WHERE r.thread_id = ANY(%(ids)s::text[]) AND
+    {{prunable}}
+    RETURNING r.thread_id, r.agent, r.status, r.updated_at
+)
 INSERT INTO tombstones (thread_id, agent, status, finished_at, pruned_at)
-SELECT r.thread_id, r.agent, r.status, r.updated_at, extract(epoch FROM clock_timestamp())::float8
-FROM runs r WHERE r.thread_id = ANY(%(ids)s::text[]) AND
-{{prunable}}
+SELECT thread_id, agent, status, updated_at, extract(epoch FROM clock_timestamp())::float8
+FROM gone
 ON CONFLICT (thread_id) DO UPDATE SET agent = EXCLUDED.agent, status = EXCLUDED.status,
     finished_at = EXCLUDED.finished_at, pruned_at = EXCLUDED.pruned_at
 RETURNING thread_id;
@@ -86,9 +100,6 @@ DELETE FROM group_members WHERE thread_id = ANY(%(ids)s::text[]);
 -- Children outlive a pruned parent; their link to it goes (it would name a run that is gone).
 UPDATE runs SET parent_thread_id = NULL
 WHERE parent_thread_id = ANY(%(ids)s::text[]);
-
--- name: prune_runs_rows
-DELETE FROM runs WHERE thread_id = ANY(%(ids)s::text[]);
 
 -- name: get_tombstone
 SELECT thread_id, agent, status, finished_at, pruned_at FROM tombstones
