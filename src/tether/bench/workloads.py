@@ -32,7 +32,7 @@ USAGE = """usage: python -m tether.bench.workloads WORKLOAD BACKEND [ARGS...]
   E  sqlite|postgres [effects]
   L  sqlite|postgres [seconds]
   C  sqlite|postgres [runs] [cpu_runs] [burn_ms] [cpu_workers]
-  R  sqlite|postgres [runs]"""
+  R  sqlite|postgres [runs] [rounds]"""
 
 Workload = Callable[[str, list[str]], Coroutine[Any, Any, list[Result]]]
 
@@ -93,7 +93,7 @@ def workload_call(workload: str, backend: str, args: list[str]) -> Coroutine[Any
     if workload == "R":
         from .rainbow import rainbow
 
-        return rainbow(backend, int(arg(0, 1000)))
+        return rainbow(backend, int(arg(0, 1000)), int(arg(1, 3)))
     raise SystemExit(f"unknown workload {workload!r}\n{USAGE}")
 
 
