@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import sqlite3
+import threading
+import time
 from pathlib import Path
 
 import orjson
@@ -72,3 +75,35 @@ async def test_close_commits_the_writes_in_flight_and_queued(tmp_path: Path) -> 
             assert [cp.step for cp in await again.checkpoints(le.thread_id)] == [1]
     finally:
         await again.close()
+
+
+async def test_another_connections_write_lock_does_not_stall_the_event_loop(
+        tmp_path: Path) -> None:
+    """While another connection (another process, say) holds the write lock, writes wait
+    for it on the commit thread: the event loop keeps running, and the writes (one alone,
+    then a group commit's worth) commit once the lock is released."""
+    store = await _store(tmp_path)
+    other = sqlite3.connect(tmp_path / "t.db", isolation_level=None, check_same_thread=False)
+    try:
+        for writes in (1, 64):
+            other.execute("BEGIN IMMEDIATE")
+            threading.Timer(0.5, other.execute, ("COMMIT",)).start()
+            ticks: list[float] = []
+
+            async def tick() -> None:
+                while True:
+                    ticks.append(time.perf_counter())
+                    await asyncio.sleep(0.005)
+
+            ticker = asyncio.create_task(tick())
+            made = await asyncio.wait_for(asyncio.gather(*(
+                store.create_run(_new(f"w{writes}-{i}")) for i in range(writes))), 10)
+            ticker.cancel()
+            assert all(created for _, created in made)
+            assert ticks[-1] - ticks[0] >= 0.4  # the writes waited for the lock...
+            gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
+            assert max(gaps) < 0.2, max(gaps)  # ...and the loop ran meanwhile
+        assert len(await store.list_runs(limit=100)) == 65
+    finally:
+        other.close()
+        await store.close()

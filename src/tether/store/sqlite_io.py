@@ -92,12 +92,21 @@ class _Open:
     path, one set-based statement per kind, and COMMIT with its fsync. The sqlite3 module
     releases the GIL inside each statement, so that SQLite work runs on the other core while
     the loop goes on with steps; writes submitted meanwhile make up the next group commit.
-    An in-memory database (one connection for both) commits on the loop thread."""
+    An in-memory database (one connection for both) commits on the loop thread.
+
+    The loop thread never waits for another connection's write lock (another process, or
+    another store on the file): its BEGIN IMMEDIATE does not wait (busy_timeout 0 on the write
+    connection), and a group commit that finds the lock held runs whole on the commit thread,
+    which waits up to the busy timeout. (SQLite's busy handler sleeps 1, 2, 5, 10... ms: on the
+    loop thread each sleep stalled every run of the process.)"""
 
     def __init__(self, connect: Callable[[], sqlite3.Connection], shared: bool,
-                 set_sql: dict[str, str]) -> None:
+                 set_sql: dict[str, str], busy_ms: int = 0) -> None:
         self.write = connect()
         self.read = self.write if shared else connect()
+        self._busy_ms = busy_ms
+        if not shared:
+            self.write.execute("PRAGMA busy_timeout=0")
         self._pending: list[Item] = []
         self._loop = asyncio.get_running_loop()
         self._scheduled = False
@@ -136,20 +145,34 @@ class _Open:
             return
         batch, self._pending = self._pending[:_MAX_BATCH], self._pending[_MAX_BATCH:]
         t0 = time.perf_counter() if self.observer is not None else 0.0
-        if (self._pool is None or inline or len(batch) < _THREAD_MIN
-                or sum(type(job) is Fenced for job, _ in batch) < _THREAD_MIN):
-            self._finish(batch, self._transaction(batch), reschedule=not inline)
-            self._observed(len(batch), t0)
+        try:
+            if (self._pool is None or inline or len(batch) < _THREAD_MIN
+                    or sum(type(job) is Fenced for job, _ in batch) < _THREAD_MIN):
+                results = self._transaction(batch, wait=self._pool is None or inline)
+                self._finish(batch, results, reschedule=not inline)
+                self._observed(len(batch), t0)
+                return
+            begun = self._begin(batch)
+        except _Busy:  # another connection holds the write lock: wait for it off the loop
+            assert self._pool is not None
+            self._on_thread(self._pool.submit(self._waiting_transaction, batch), batch, t0)
             return
-        begun = self._begin(batch)
         if not isinstance(begun, tuple):  # a job failed (alone: its result) and rolled back
             self._finish(batch, begun)
             self._observed(len(batch), t0)
             return
         results, groups = begun
-        cf = self._pool.submit(self._commit, groups, results)
+        self._on_thread(self._pool.submit(self._commit, groups, results), batch, t0)
+
+    def _on_thread(self, cf: concurrent.futures.Future[Any], batch: list[Item],
+                   t0: float) -> None:
         self._inflight, self._inflight_batch, self._inflight_t0 = cf, batch, t0
         cf.add_done_callback(lambda f: self._loop.call_soon_threadsafe(self._committed, f))
+
+    def _waiting_transaction(self, batch: list[Item]) -> list[_Result] | None:
+        """The commit thread's whole group commit when the write lock was taken: BEGIN
+        waits for it (up to the busy timeout)."""
+        return self._transaction(batch, wait=True)
 
     def _committed(self, cf: concurrent.futures.Future[Any]) -> None:
         if self._inflight is not cf:
@@ -196,7 +219,7 @@ class _Open:
     ) -> tuple[list[_Result], list[_Group]] | list[_Result] | None:
         """The loop thread's part of a group commit: _start, then the fenced writes grouped
         by kind with their rows as JSON."""
-        started = self._start(batch)
+        started = self._start(batch, wait=False)
         if not isinstance(started, tuple):
             return started
         results, fenced = started
@@ -246,23 +269,44 @@ class _Open:
             return None
         return results
 
-    def _start(self, batch: list[Item]) -> _Started | list[_Result] | None:
+    def _start(self, batch: list[Item], wait: bool) -> _Started | list[_Result] | None:
         """BEGIN IMMEDIATE and run the jobs that are functions; the fenced writes come back
         grouped by kind, to run after them. The order of jobs within one batch is free: they
-        were all submitted while none of them had committed. If a job fails, see _undo."""
+        were all submitted while none of them had committed. If a job fails, see _undo.
+        Raises _Busy if another connection holds the write lock and not `wait`."""
         conn = self.write
         results: list[_Result] = []
         fenced: _Fenced = {}
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            self._begin_immediate(wait)
             for job, fut in batch:
                 if type(job) is Fenced:
                     fenced.setdefault((job.sql, job.then_sql), []).append((job, fut))
                 else:
                     results.append((fut, True, job(conn)))  # type: ignore[operator]
+        except _Busy:
+            raise
         except Exception as exc:
             return self._undo(batch, exc)
         return results, fenced
+
+    def _begin_immediate(self, wait: bool) -> None:
+        conn = self.write
+        if conn is self.read:  # in memory: no other connection can hold the lock
+            conn.execute("BEGIN IMMEDIATE")
+        elif not wait:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+                    raise _Busy from exc
+                raise
+        else:
+            conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            finally:
+                conn.execute("PRAGMA busy_timeout=0")
 
     def _undo(self, batch: list[Item], exc: Exception) -> list[_Result] | None:
         """Roll back a failed transaction: None for a batch of several (each is then retried
@@ -271,11 +315,11 @@ class _Open:
             self.write.execute("ROLLBACK")
         return [(batch[0][1], False, _wrap(exc))] if len(batch) == 1 else None
 
-    def _transaction(self, batch: list[Item]) -> list[_Result] | None:
+    def _transaction(self, batch: list[Item], wait: bool = True) -> list[_Result] | None:
         """Run jobs in one transaction on this thread, the fenced writes last, one
         executemany per kind. None if a job of a multi-job batch failed (rolled back); a
-        single job's failure is returned as its result."""
-        started = self._start(batch)
+        single job's failure is returned as its result. Raises _Busy as _start does."""
+        started = self._start(batch, wait)
         if not isinstance(started, tuple):
             return started
         results, fenced = started
@@ -307,6 +351,10 @@ class _Open:
 _Result = tuple["asyncio.Future[Any]", bool, Any]
 _Fenced = dict[tuple[str, "str | None"], list[tuple[Fenced, "asyncio.Future[Any]"]]]
 _Started = tuple[list[_Result], _Fenced]
+
+
+class _Busy(Exception):
+    """BEGIN IMMEDIATE found the write lock held by another connection (and did not wait)."""
 
 
 class _FenceMoved(Exception):
@@ -412,7 +460,8 @@ class SQLiteConnections:
     def open(self, set_sql: dict[str, str]) -> None:
         """Connect. `set_sql` maps each fenced write's statement to its set-based form, which
         writes a whole group commit's rows of that kind in one statement."""
-        self._open = _Open(self._connect, shared=self.memory, set_sql=set_sql)
+        self._open = _Open(self._connect, shared=self.memory, set_sql=set_sql,
+                           busy_ms=int(self.busy_timeout * 1000))
         self._open.observer = self._observer
 
     def close(self) -> None:
