@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import sqlite3
 import threading
 import time
@@ -77,6 +78,12 @@ async def test_close_commits_the_writes_in_flight_and_queued(tmp_path: Path) -> 
         await again.close()
 
 
+async def _tick(ticks: list[float]) -> None:
+    while True:
+        ticks.append(time.perf_counter())
+        await asyncio.sleep(0.005)
+
+
 async def test_another_connections_write_lock_does_not_stall_the_event_loop(
         tmp_path: Path) -> None:
     """While another connection (another process, say) holds the write lock, writes wait
@@ -89,19 +96,13 @@ async def test_another_connections_write_lock_does_not_stall_the_event_loop(
             other.execute("BEGIN IMMEDIATE")
             threading.Timer(0.5, other.execute, ("COMMIT",)).start()
             ticks: list[float] = []
-
-            async def tick() -> None:
-                while True:
-                    ticks.append(time.perf_counter())
-                    await asyncio.sleep(0.005)
-
-            ticker = asyncio.create_task(tick())
+            ticker = asyncio.create_task(_tick(ticks))
             made = await asyncio.wait_for(asyncio.gather(*(
                 store.create_run(_new(f"w{writes}-{i}")) for i in range(writes))), 10)
             ticker.cancel()
             assert all(created for _, created in made)
             assert ticks[-1] - ticks[0] >= 0.4  # the writes waited for the lock...
-            gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
+            gaps = [b - a for a, b in itertools.pairwise(ticks)]
             assert max(gaps) < 0.2, max(gaps)  # ...and the loop ran meanwhile
         assert len(await store.list_runs(limit=100)) == 65
     finally:
