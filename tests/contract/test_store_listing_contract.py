@@ -11,8 +11,9 @@ import orjson
 import pytest
 
 from tether.errors import DefinitionError
-from tether.store.base import NewRun, RunRecord, Store
-from tether.store.listing import RunQuery, prefix_end
+from tether.store.base import Lease, NewRun, RunRecord, Store
+from tether.store.listing import FINISHED_STATUSES, OPEN_STATUSES, RunQuery, prefix_end
+from tether.types import RunStatus
 
 
 def new_run(thread_id: str, *, agent: str = "a", version: str = "v1",
@@ -179,3 +180,62 @@ async def test_a_status_pages_its_own_runs_in_each_order(store: Store) -> None:
     for order, want in (("newest", ["c-3", "c-2", "c-1"]), ("oldest", ["c-1", "c-2", "c-3"])):
         assert _ids(await store.list_runs(status="cancelled", version="v1", order=order)) == want
         assert await pages(store, 1, status="cancelled", version="v1", order=order) == want
+
+
+def test_open_and_finished_statuses_split_every_status() -> None:
+    # The latest-updated list reads the open runs and the finished ones as two parts: each
+    # run must be in exactly one (migration 0012's finished_at names the same three).
+    assert set(OPEN_STATUSES) | set(FINISHED_STATUSES) == {s.value for s in RunStatus}
+    assert not set(OPEN_STATUSES) & set(FINISHED_STATUSES)
+    for status, name in (("running", "list_runs_updated_open"), (None, "list_runs_updated"),
+                         ("failed", "list_runs_updated_finished"),
+                         ("nonesuch", "list_runs_updated")):
+        assert RunQuery(status=status, order="updated").plan(code_point_order=True)[0] == name
+
+
+async def test_latest_updated_merges_open_and_finished_runs(store: Store) -> None:
+    # Open and finished runs interleaved in update order (the two parts of the query): a
+    # finish, a claim, a cancel, a failure and a retry (finished, then open again) in turn.
+    ids = [f"u-{i}" for i in range(8)]
+    await create(store, *ids)
+    await create(store, "other", agent="b")
+
+    async def later() -> None:
+        await asyncio.sleep(0.01)  # distinct updated_at on a coarse clock
+
+    await later()
+    assert await store.cancel_run("u-2") is not None
+    await later()
+    [held] = await store.claim_runs("w1", "v1", ["a"], 1, 30.0)
+    await later()
+    assert await store.cancel_run("u-5") is not None
+    await later()
+    [failing] = await store.claim_runs("w1", "v1", ["a"], 1, 30.0)
+    await store.fail_step(Lease(failing.thread_id, "w1", failing.epoch), failures=1,
+                          wake_at=None, error=b"{}", final=True)
+    await later()
+    assert await store.cancel_run("u-7") is not None
+    [retried] = await store.claim_runs("w1", "v1", ["a"], 1, 30.0)
+    await store.fail_step(Lease(retried.thread_id, "w1", retried.epoch), failures=1,
+                          wake_at=None, error=b"{}", final=True)
+    await later()
+    assert await store.retry_run(retried.thread_id, "start") is not None  # open again
+    every = await store.list_runs(limit=1000)
+    statuses = {r.thread_id: r.status for r in every}
+    assert statuses[held.thread_id] == "running" and statuses[failing.thread_id] == "failed"
+    assert statuses[retried.thread_id] == "queued"
+    want = sorted(every, key=lambda r: key(r, "updated"), reverse=True)
+    assert _ids(await store.list_runs(order="updated")) == _ids(want)
+    assert _ids(want)[:5] == [retried.thread_id, "u-7", failing.thread_id, "u-5",
+                              held.thread_id]
+    for size in (1, 2, 3, 5):
+        assert await pages(store, size, order="updated") == _ids(want), size
+    for status in ("queued", "running", "failed", "cancelled", "completed"):
+        mine = [r for r in want if r.status == status]
+        assert _ids(await store.list_runs(status=status, order="updated")) == _ids(mine)
+        assert await pages(store, 1, status=status, order="updated") == _ids(mine), status
+    assert _ids(await store.list_runs(order="updated", agent="b")) == ["other"]
+    cancelled = [r for r in want if r.status == "cancelled"]
+    assert _ids(await store.list_runs(order="updated", status="cancelled", limit=2,
+                                      before=key(cancelled[0], "updated"))) == _ids(
+        cancelled[1:3])

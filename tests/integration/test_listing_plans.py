@@ -62,7 +62,7 @@ def _scans(node: dict[str, Any]) -> list[tuple[str, str]]:
 def _read(node: dict[str, Any]) -> int:
     """Rows the plan's scans produced, plus those their filters threw away."""
     here = 0
-    if "Scan" in node["Node Type"]:
+    if "Scan" in node["Node Type"] and node["Node Type"] != "Subquery Scan":  # a table's
         here = node["Actual Rows"] * node.get("Actual Loops", 1) + sum(
             v for k, v in node.items() if k.startswith("Rows Removed by"))
     return here + sum(_read(child) for child in node.get("Plans", []))
@@ -177,3 +177,77 @@ def test_sqlite_sent_mail_reads_mailbox_sender(sqlite_template: Path, tmp_path: 
         plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + q, params)]
         assert plan == ["SEARCH mailbox USING INDEX mailbox_sender (sender=?)"], plan
         assert len(db.execute(q, params).fetchall()) == 10
+
+
+# The latest-updated list (migration 0012): the open runs from runs_open, the finished ones
+# down runs_finished, never a read and sort of every run. The runs above, every 100th (25th)
+# of them running again and updated after every other run.
+OPEN = "runs_open"  # or, on Postgres, another partial index of open runs only
+OPEN_INDEXES = ("runs_open", "runs_expiry", "runs_claimable")  # runs_expiry: only running
+UPDATED = {  # listing -> (rows, the indexes read, at most how many rows read)
+    "updated": (RunQuery(order="updated", limit=51), [OPEN, "runs_finished"], 200 + 60),
+    "updated, running": (RunQuery(order="updated", status="running", limit=51), [OPEN], 200),
+    "updated, completed": (RunQuery(order="updated", status="completed", limit=51),
+                           ["runs_finished"], 60),
+    "updated, a page on": (RunQuery(order="updated", limit=51, before=(5000.0 + RUNS / 2, "")),
+                           [OPEN, "runs_finished"], 200 + 60),
+}
+REOPEN = ("UPDATE runs SET status = 'running', updated_at = 90000 + created_at "
+          "WHERE CAST(created_at AS INTEGER) % 100 = 25")
+
+
+@pytest.mark.postgres
+def test_postgres_latest_updated_reads_open_and_finished_runs_apart(pg_url: str) -> None:
+    q = queries("postgres")
+    with psycopg.connect(pg_url, autocommit=True) as pg:
+        pg.execute(INSERT_PG, (RUNS, RUNS))
+        pg.execute(REOPEN.encode())
+        every = pg.execute(b"SELECT thread_id, updated_at, status FROM runs").fetchall()
+        for analyzed in (False, True):
+            if analyzed:
+                pg.execute(b"ANALYZE runs")
+            for what, (listing, indexes, most) in UPDATED.items():
+                name, params = listing.plan(code_point_order=True)
+                got = [r[0] for r in pg.execute(q[name].encode(), params).fetchall()]
+                assert got == _want(every, listing), what
+                (plan,), = pg.execute(("EXPLAIN (ANALYZE, FORMAT JSON) " + q[name]).encode(),
+                                      params).fetchall()
+                root = plan[0]["Plan"]
+                scans = _scans(root)
+                assert "Seq Scan" not in {s[0] for s in scans}, (what, analyzed, scans)
+                if analyzed:
+                    used = [s[1] for s in scans if s[1] not in ("", "runs")]
+                    assert [OPEN if i in OPEN_INDEXES else i for i in used] == indexes, (
+                        what, scans)
+                    assert _read(root) <= most, (what, _read(root))
+
+
+def _want(every: list[tuple[str, float, str]], listing: RunQuery) -> list[str]:
+    """The listing worked out from every run's (thread_id, updated_at, status)."""
+    cur = listing.before or (float("inf"), "")
+    keep = [(u, t) for t, u, s in every if (u, t) < cur
+            and (listing.status is None or s == listing.status)]
+    return [t for _, t in sorted(keep, reverse=True)[: listing.limit]]
+
+
+def test_sqlite_latest_updated_reads_open_and_finished_runs_apart(sqlite_template: Path,
+                                                                  tmp_path: Path) -> None:
+    path = tmp_path / "updated.db"
+    shutil.copyfile(sqlite_template, path)
+    q = queries("sqlite")
+    with closing(sqlite3.connect(path)) as db:
+        db.execute(INSERT_SQLITE, (RUNS, RUNS))
+        db.execute(REOPEN)
+        db.commit()
+        every = db.execute("SELECT thread_id, updated_at, status FROM runs").fetchall()
+        for analyzed in (False, True):
+            if analyzed:
+                db.execute("ANALYZE")
+            for what, (listing, indexes, _) in UPDATED.items():
+                name, params = listing.plan(code_point_order=True)
+                got = [r[0] for r in db.execute(q[name], params)]
+                assert got == _want(every, listing), (what, analyzed)
+                plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + q[name], params)]
+                used = [p for p in plan if p.startswith(("SCAN runs", "SEARCH runs"))]
+                assert [next((i for i in indexes if i in p), p) for p in used] == indexes, (
+                    what, plan)

@@ -2,7 +2,12 @@
 a listing and with which parameters (each store only runs it).
 
 Every order is a keyset over an index: `newest` and `oldest` walk runs_created
-(created_at, thread_id) down or up, `updated` orders by (updated_at, thread_id). A listing's
+(created_at, thread_id) down or up, `updated` orders by (updated_at, thread_id), read as
+two parts that together hold every run once: the open runs (few: runs_open, read whole and
+sorted) and the finished ones, walked down runs_finished (finished_at, thread_id), where
+finished_at is updated_at once a run is terminal (kept by the database: migration 0012).
+updated_at itself has no index, as every step commit rewrites it. A status filter reads
+only the part that can hold it (`_open`, `_finished`). A listing's
 `before` is the cursor of the last row seen, in that order's key: (created_at, thread_id), or
 (updated_at, thread_id) for `updated`. Bounds that are not set are bound as infinities, so
 the time range and the cursor are always one index range, never an `IS NULL OR` the planner
@@ -32,6 +37,8 @@ from ..errors import DefinitionError
 
 ORDERS = ("newest", "oldest", "updated")
 INDEXED_STATUSES = ("failed", "cancelled")  # each with a partial index (migration 0011)
+OPEN_STATUSES = ("queued", "running", "waiting", "sleeping")  # runs_open's
+FINISHED_STATUSES = ("completed", "failed", "cancelled")  # finished_at is set (0012)
 MAX_PREFIX = 200
 _INF = math.inf
 
@@ -83,8 +90,10 @@ class RunQuery:
         end = prefix_end(self.prefix) if self.prefix is not None else None
         ranged = end is not None and code_point_order and self.parent is None
         by_status = self.status in INDEXED_STATUSES and self.order != "updated"
+        part = ("_open" if self.status in OPEN_STATUSES else "_finished"
+                if self.status in FINISHED_STATUSES else "") if self.order == "updated" else ""
         variant = ("_parent" if self.parent is not None else "_prefix" if ranged
-                   else f"_{self.status}" if by_status else "")
+                   else f"_{self.status}" if by_status else part)
         if variant == f"_{self.status}" and self.version is not None:
             variant += "_version"  # the version is in that index's key
         name = f"list_runs_{self.order}{variant}"

@@ -539,9 +539,21 @@ def apply_migrations(conn: sqlite3.Connection) -> list[int]:
 
 
 def _split_sql(script: str) -> list[str]:
-    """Split a migration into statements (our migrations hold no ';' inside literals)."""
+    """Split a migration into statements (our migrations hold no ';' inside literals; a
+    trigger's body, BEGIN ... END, holds its own, so a piece goes on until SQLite says the
+    statement is complete)."""
     lines = [ln for ln in script.splitlines() if not ln.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    out: list[str] = []
+    pending = ""
+    for piece in "\n".join(lines).split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                out.append(pending.strip().removesuffix(";").strip())
+            pending = ""
+    if pending.strip(" \n;"):
+        out.append(pending.strip().removesuffix(";").strip())
+    return out
 
 
 def audited(insert: str, job: Callable[[sqlite3.Connection], T], audit: Audit | None,

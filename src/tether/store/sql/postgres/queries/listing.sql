@@ -4,7 +4,8 @@
 -- both are index ranges. Status, agent, version and the prefix are filters on what the range
 -- reads; a `_prefix` query also reads only the primary-key range of the prefix, a `_parent`
 -- query only the run's children (runs_parent), a `_failed` or `_cancelled` query only
--- the runs of that status (partial indexes).
+-- the runs of that status (partial indexes). The latest updated are the open runs
+-- (runs_open) and the finished ones (runs_finished, by finished_at: migration 0012).
 
 -- fragment: run_filter
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
@@ -142,11 +143,43 @@ ORDER BY created_at ASC, thread_id ASC
 LIMIT %(limit)s;
 
 -- name: list_runs_updated
--- Most recently updated first (by updated_at: no index keeps it, so a full read and a top-N sort of what the filters keep).
+-- Most recently updated first: the open runs (runs_open: few, read whole and sorted) merged
+-- with the finished ones walked down runs_finished (finished_at = updated_at once finished:
+-- migration 0012), each part at most a page; every run is in exactly one part.
+SELECT * FROM (
+    (SELECT {{run_columns}} FROM runs
+     {{run_filter}}
+       AND (updated_at, thread_id) < (%(cur_ts)s::float8, %(cur_id)s::text)
+       AND status IN ('queued', 'running', 'waiting', 'sleeping')
+     ORDER BY updated_at DESC, thread_id DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT {{run_columns}} FROM runs
+     {{run_filter}}
+       AND (finished_at, thread_id) < (%(cur_ts)s::float8, %(cur_id)s::text)
+       AND finished_at IS NOT NULL
+     ORDER BY finished_at DESC, thread_id DESC
+     LIMIT %(limit)s)
+) AS r
+ORDER BY updated_at DESC, thread_id DESC
+LIMIT %(limit)s;
+
+-- name: list_runs_updated_open
+-- list_runs_updated of an open status: the open runs alone (runs_open).
 SELECT {{run_columns}} FROM runs
 {{run_filter}}
   AND (updated_at, thread_id) < (%(cur_ts)s::float8, %(cur_id)s::text)
+  AND status IN ('queued', 'running', 'waiting', 'sleeping')
 ORDER BY updated_at DESC, thread_id DESC
+LIMIT %(limit)s;
+
+-- name: list_runs_updated_finished
+-- list_runs_updated of a terminal status: the finished runs alone (runs_finished).
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (finished_at, thread_id) < (%(cur_ts)s::float8, %(cur_id)s::text)
+  AND finished_at IS NOT NULL
+ORDER BY finished_at DESC, thread_id DESC
 LIMIT %(limit)s;
 
 -- name: list_runs_updated_prefix

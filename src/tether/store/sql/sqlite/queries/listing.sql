@@ -6,7 +6,8 @@
 -- query only the run's children (runs_parent): named with INDEXED BY, as the planner takes
 -- runs_created for them (an unbounded time range looks selective to it), analyzed or not,
 -- and then reads every run. A `_failed` or `_cancelled` query reads only the runs of that
--- status (its partial index, which the planner takes by itself).
+-- status (its partial index, which the planner takes by itself). The latest updated are the
+-- open runs (runs_open) and the finished ones (runs_finished, by finished_at: 0012).
 
 -- fragment: run_filter
 WHERE (:status IS NULL OR status = :status)
@@ -144,11 +145,46 @@ ORDER BY created_at ASC, thread_id ASC
 LIMIT :limit;
 
 -- name: list_runs_updated
--- Most recently updated first (by updated_at: no index keeps it, so a full read and a top-N sort of what the filters keep).
-SELECT {{run_columns}} FROM runs
+-- Most recently updated first: the open runs (runs_open: few, read whole and sorted) merged
+-- with the finished ones walked down runs_finished (finished_at = updated_at once finished:
+-- migration 0012), each part at most a page; every run is in exactly one part. Both indexes
+-- named: unanalyzed, the planner would walk runs_created for either part.
+SELECT * FROM (
+    SELECT * FROM (
+        SELECT {{run_columns}} FROM runs INDEXED BY runs_open
+        {{run_filter}}
+          AND (updated_at, thread_id) < (:cur_ts, :cur_id)
+          AND status IN ('queued', 'running', 'waiting', 'sleeping')
+        ORDER BY updated_at DESC, thread_id DESC
+        LIMIT :limit)
+    UNION ALL
+    SELECT * FROM (
+        SELECT {{run_columns}} FROM runs INDEXED BY runs_finished
+        {{run_filter}}
+          AND (finished_at, thread_id) < (:cur_ts, :cur_id)
+          AND finished_at IS NOT NULL
+        ORDER BY finished_at DESC, thread_id DESC
+        LIMIT :limit)
+)
+ORDER BY updated_at DESC, thread_id DESC
+LIMIT :limit;
+
+-- name: list_runs_updated_open
+-- list_runs_updated of an open status: the open runs alone (runs_open).
+SELECT {{run_columns}} FROM runs INDEXED BY runs_open
 {{run_filter}}
   AND (updated_at, thread_id) < (:cur_ts, :cur_id)
+  AND status IN ('queued', 'running', 'waiting', 'sleeping')
 ORDER BY updated_at DESC, thread_id DESC
+LIMIT :limit;
+
+-- name: list_runs_updated_finished
+-- list_runs_updated of a terminal status: the finished runs alone (runs_finished).
+SELECT {{run_columns}} FROM runs INDEXED BY runs_finished
+{{run_filter}}
+  AND (finished_at, thread_id) < (:cur_ts, :cur_id)
+  AND finished_at IS NOT NULL
+ORDER BY finished_at DESC, thread_id DESC
 LIMIT :limit;
 
 -- name: list_runs_updated_prefix
