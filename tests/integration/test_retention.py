@@ -327,6 +327,29 @@ def test_sigint_or_sigterm_stops_a_prune_after_its_batch_and_the_next_finishes(
     assert len(final["tombstones"]) == runs  # the same as one uninterrupted prune
 
 
+async def test_a_worker_stopping_stops_its_standing_prune_after_the_batch(db_url: str) -> None:
+    """A worker told to stop while its standing policy is pruning a big store ends promptly
+    (the prune stops after its batch), leaving every run whole or gone."""
+    runs, steps = 30_000, 5
+    await asyncio.to_thread(fill, db_url, runs, steps)
+    rt = make_runtime(db_url, Agent("a"), retention={"completed": "30d", "every": "1h"})
+    try:
+        stop = asyncio.Event()
+        worker = asyncio.create_task(rt.work(stop=stop))
+        async def pruning() -> bool:
+            return await asyncio.to_thread(tombstones, db_url) > 0
+
+        await eventually(pruning, "the standing prune to remove runs", WAIT)
+        t0 = time.monotonic()
+        stop.set()
+        await asyncio.wait_for(worker, 30)
+        assert time.monotonic() - t0 < 5
+        assert 0 < await asyncio.to_thread(tombstones, db_url) < runs
+    finally:
+        await rt.close()
+    await asyncio.to_thread(_assert_consistent, db_url, steps)
+
+
 def tombstones(db_url: str) -> int:
     with raw(db_url) as conn:
         return int(conn.cursor().execute("SELECT count(*) FROM tombstones").fetchone()[0])
