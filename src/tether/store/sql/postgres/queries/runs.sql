@@ -6,6 +6,12 @@
 -- Run rows are returned with the columns of RunRecord, in its order (fragment run_columns).
 -- This file: runs (create, read, list), their leases (claim, renew, release) and cancels.
 
+-- fragment: new_run_columns
+-- The columns create_run and create_runs insert, in their SELECTs' order.
+thread_id, agent, version, status, node, input, input_hash, idempotency_key,
+                      parent_thread_id, forked_from, forked_step, lease_owner, lease_expires_at,
+                      epoch, attempt, created_at, updated_at, trace_context
+
 -- name: create_run
 -- Inserts a queued run and announces it, or (lease_owner given: a worker of the starting
 -- process takes it at once) a running one under that owner's lease at epoch 1, as if claimed,
@@ -14,10 +20,7 @@
 -- was committed after this statement's snapshot: read it again.
 WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
 ins AS (
-    INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash,
-                      idempotency_key, parent_thread_id, forked_from, forked_step,
-                      lease_owner, lease_expires_at, epoch, attempt, created_at, updated_at,
-                      trace_context)
+    INSERT INTO runs ({{new_run_columns}})
     SELECT %(thread_id)s, %(agent)s, %(version)s,
            CASE WHEN %(lease_owner)s::text IS NULL THEN 'queued' ELSE 'running' END,
            %(node)s, %(input)s, %(input_hash)s,
@@ -49,10 +52,7 @@ UNION ALL
 -- create_run's parameters (input as its UTF-8 text). One announcement per version queued.
 WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
 ins AS (
-    INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash,
-                      idempotency_key, parent_thread_id, forked_from, forked_step,
-                      lease_owner, lease_expires_at, epoch, attempt, created_at, updated_at,
-                      trace_context)
+    INSERT INTO runs ({{new_run_columns}})
     SELECT r.thread_id, r.agent, r.version,
            CASE WHEN r.lease_owner IS NULL THEN 'queued' ELSE 'running' END,
            r.node, convert_to(r.input, 'UTF8'), r.input_hash, NULL, r.parent_thread_id,
