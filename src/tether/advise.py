@@ -321,7 +321,7 @@ async def probe(db_url: str, seconds: float = 1.0) -> Probe:
 
 def _probe_sqlite(db_url: str, seconds: float) -> Probe:
     from .bench.limits import BATCH, sqlite_raw
-    from .store.sqlite_io import parse_sqlite_url
+    from .store.sqlite_schema import parse_sqlite_url
 
     path = parse_sqlite_url(db_url)[0]
     where = os.path.dirname(os.path.abspath(path)) if path != ":memory:" else None

@@ -167,6 +167,7 @@ async def test_a_pruned_run_is_a_tombstone_and_its_thread_id_starts_fresh(db_url
         async with working(rt, close=False):
             run = await rt.start("hist", {}, thread_id="reused")
             await asyncio.wait_for(rt.wait(run.thread_id), WAIT)
+        await asyncio.sleep(0.05)  # "0s" ago is strictly before now (the clock ticks in ms)
         assert (await rt.prune(completed="0s")).runs == 1
         with pytest.raises(RunPruned) as info:
             await rt.get("reused")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -46,8 +45,9 @@ from .migrate import behind_message, latest, queries
 from .plan import ADVANCE, FINISH, StepWakes, step_kind, step_wakes
 from .rows import finished_run, mail_refused, new_run_params, same_run
 from .sqlite_deploy import SQLiteDeployments
-from .sqlite_io import Fenced, SQLiteConnections, apply_migrations, audited, parse_sqlite_url, schema_applied
+from .sqlite_io import Fenced, SharedWake, SQLiteConnections, audited
 from .sqlite_retention import SQLiteRetention
+from .sqlite_schema import apply_migrations, missing_file, parse_sqlite_url, schema_applied
 from .sqlite_steps import step_job
 
 __all__ = ["SQLiteStore", "apply_migrations", "parse_sqlite_url"]
@@ -63,11 +63,6 @@ def _checkpoint(row: tuple[Any, ...]) -> CheckpointRecord:
     return CheckpointRecord(*row)
 
 
-def _missing(path: str) -> str | None:
-    """The absolute path of a database file that does not exist (one stat), else None."""
-    return None if os.path.exists(path) else os.path.abspath(path)
-
-
 class SQLiteStore:
     dialect = "sqlite"
 
@@ -77,7 +72,7 @@ class SQLiteStore:
         self.url, self.path, self.memory = url, conns.path, conns.memory
         self.synchronous, self.busy_timeout = conns.synchronous, conns.busy_timeout
         self._q = queries("sqlite")
-        self.work_available = asyncio.Event()
+        self.work_available: asyncio.Event = SharedWake()
         self.effects_available = asyncio.Event()
         # The part's two entry points, bound once: every Store method runs its jobs on them.
         self._w, self._r = conns.write, conns.read
@@ -94,7 +89,7 @@ class SQLiteStore:
     async def open(self, *, check_schema: bool = True) -> None:
         if self._conns.is_open:
             return
-        if check_schema and not self.memory and (missing := _missing(self.path)):
+        if check_schema and not self.memory and (missing := missing_file(self.path)):
             # Opening would create an empty file: a read must leave nothing behind.
             raise SchemaError(f"there is no database at {self.url} (no file {missing}); run "
                               f"`tether migrate --db {self.url}` first, or point --db at your "
@@ -102,7 +97,7 @@ class SQLiteStore:
         self._conns.open(set_sql={
             self._q[name]: self._q[f"{name}_set"]
             for name in ("insert_journal", "advance_run", "insert_checkpoint", "insert_fresh_run",
-                         "finish_run")})
+                         "finish_run")}, wake=self.work_available)
         if check_schema:
             current, target = await self.schema_version()
             if current < target:

@@ -1,10 +1,15 @@
 """SQLite connections (SQLiteConnections), the part SQLiteStore (sqlite.py) owns: the settings a
-URL gives, the two connections and their group commit, and the migrations' runner.
+URL gives, the two connections and their group commit (the schema is sqlite_schema.py's).
 
 Writes submitted during one event-loop iteration are committed together in one IMMEDIATE
 transaction (group commit: one fsync for many steps); reads use a second connection and see
 the last committed WAL snapshot. WAL mode with `synchronous=FULL` by default: a committed
 checkpoint survives power loss, not just a process crash.
+
+The stores of one process on one database file (on one event loop) share these connections,
+so their writes make up one group commit: a second connection would only take the file's one
+write lock in turn with the first, each commit with its own fsync (two runtime versions in one
+worker process, bench R). A write that wakes workers wakes those of every such store.
 """
 
 from __future__ import annotations
@@ -14,17 +19,17 @@ import concurrent.futures
 import os
 import sqlite3
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple, TypeVar
-from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
 from ..errors import ConfigError, LeaseLost, StoreError, StoreUnavailable
 from .audit import Audit
 from .base import CommitObserver
-from .migrate import migrations
+from .sqlite_schema import parse_sqlite_url
 
 T = TypeVar("T")
 
@@ -69,20 +74,6 @@ _MAX_BATCH = 2048
 _THREAD_MIN = 32
 
 
-def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
-    """sqlite:///relative.db, sqlite:////abs/path.db, sqlite:///:memory: -> (path, options)."""
-    parts = urlsplit(url)
-    if parts.scheme != "sqlite" or parts.netloc:
-        raise ConfigError(
-            f"malformed SQLite URL {url!r}: expected sqlite:///path.db or sqlite:///:memory:"
-        )
-    path = parts.path[1:] if parts.path.startswith("/") else parts.path
-    if not path:
-        raise ConfigError(f"malformed SQLite URL {url!r}: no database path")
-    opts = {k.lower(): v[-1] for k, v in parse_qs(parts.query).items()}
-    return path, opts
-
-
 class _Open:
     """A write connection whose jobs are group-committed, and a read connection used
     directly on the loop thread.
@@ -115,13 +106,20 @@ class _Open:
         self._inflight: concurrent.futures.Future[Any] | None = None
         self._inflight_batch: list[Item] = []
         self._inflight_t0 = 0.0
-        self.observer: CommitObserver | None = None
-        """Told of each group commit (its writes, BEGIN to COMMIT), when set."""
+        self.observers: list[CommitObserver] = []
+        """Told of each group commit (its writes, BEGIN to COMMIT)."""
+        self.wakes: list[asyncio.Event] = []
+        """The work_available events of the stores sharing these connections."""
+        self.users = 0
 
-    def close(self) -> None:
+    def commit_pending(self) -> None:
+        """Commit what was submitted, on this thread."""
         self._settle()
         while self._pending:
             self._flush(inline=True)
+
+    def close(self) -> None:
+        self.commit_pending()
         if self._pool is not None:
             self._pool.shutdown()
         if self.read is not self.write:
@@ -144,7 +142,7 @@ class _Open:
         if self._inflight is not None or not self._pending:
             return
         batch, self._pending = self._pending[:_MAX_BATCH], self._pending[_MAX_BATCH:]
-        t0 = time.perf_counter() if self.observer is not None else 0.0
+        t0 = time.perf_counter() if self.observers else 0.0
         try:
             if (self._pool is None or inline or len(batch) < _THREAD_MIN
                     or sum(type(job) is Fenced for job, _ in batch) < _THREAD_MIN):
@@ -186,8 +184,10 @@ class _Open:
         self._finish(batch, results)
 
     def _observed(self, writes: int, t0: float) -> None:
-        if self.observer is not None and t0:
-            self.observer.committed(writes, time.perf_counter() - t0)
+        if self.observers and t0:
+            took = time.perf_counter() - t0
+            for observer in self.observers:
+                observer.committed(writes, took)
 
     def _retry_inline(self, batch: list[Item], results: list[_Result] | None
                       ) -> list[_Result] | None:
@@ -420,6 +420,32 @@ def _wrap(exc: BaseException) -> BaseException:
     return exc
 
 
+class SharedWake(asyncio.Event):
+    """A SQLite store's work_available: set() sets it and the events of the other stores
+    sharing its connections (so a run one store queues for another's worker wakes it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.peers: list[asyncio.Event] = [self]
+
+    def set(self) -> None:
+        for event in self.peers:
+            asyncio.Event.set(event)
+
+
+_SHARED: weakref.WeakValueDictionary[tuple[Any, ...], _Open] = weakref.WeakValueDictionary()
+"""The open connections of this process's stores, by _share_key."""
+
+
+def _swap(observers: list[CommitObserver], old: CommitObserver | None,
+          new: CommitObserver | None) -> None:
+    """Put `new` in `old`'s place in `observers` (either may be None)."""
+    if old is not None:
+        observers[:] = [o for o in observers if o is not old]
+    if new is not None:
+        observers.append(new)
+
+
 class SQLiteConnections:
     """The connections part: the settings; once open, the write connection whose jobs are
     group-committed and the read connection. Interface: open(), close(), write(job) (a
@@ -441,6 +467,7 @@ class SQLiteConnections:
         self.memory = self.path == ":memory:"
         self._open: _Open | None = None
         self._observer: CommitObserver | None = None
+        self._wake: asyncio.Event | None = None
 
     @property
     def observer(self) -> CommitObserver | None:
@@ -449,26 +476,65 @@ class SQLiteConnections:
 
     @observer.setter
     def observer(self, observer: CommitObserver | None) -> None:
-        self._observer = observer
         if self._open is not None:
-            self._open.observer = observer
+            _swap(self._open.observers, self._observer, observer)
+        self._observer = observer
 
     @property
     def is_open(self) -> bool:
         return self._open is not None
 
-    def open(self, set_sql: dict[str, str]) -> None:
-        """Connect. `set_sql` maps each fenced write's statement to its set-based form, which
-        writes a whole group commit's rows of that kind in one statement."""
-        self._open = _Open(self._connect, shared=self.memory, set_sql=set_sql,
-                           busy_ms=int(self.busy_timeout * 1000))
-        self._open.observer = self._observer
+    def open(self, set_sql: dict[str, str], wake: asyncio.Event | None = None) -> None:
+        """Connect, or join the connections another store of this process (on this event
+        loop) has open on the same file with the same settings. `set_sql` maps each fenced
+        write's statement to its set-based form, which writes a whole group commit's rows of
+        that kind in one statement. `wake` (a SharedWake) is set with the other stores'."""
+        key = self._share_key()
+        conns = _SHARED.get(key) if key is not None else None
+        if conns is None:
+            conns = _Open(self._connect, shared=self.memory, set_sql=set_sql,
+                          busy_ms=int(self.busy_timeout * 1000))
+            if (key := key or self._share_key()) is not None:  # a new file exists now
+                _SHARED[key] = conns
+        conns.users += 1
+        _swap(conns.observers, None, self._observer)
+        if wake is not None:
+            conns.wakes.append(wake)
+            if isinstance(wake, SharedWake):
+                wake.peers = conns.wakes
+        self._open, self._wake = conns, wake
 
     def close(self) -> None:
-        """Commit what was submitted, then close the connections; idempotent."""
+        """Commit what was submitted, then leave the connections (closed by the last store
+        that uses them); idempotent."""
         conns, self._open = self._open, None
-        if conns is not None:
-            conns.close()
+        if conns is None:
+            return
+        conns.users -= 1
+        _swap(conns.observers, self._observer, None)
+        if self._wake is not None:
+            conns.wakes[:] = [w for w in conns.wakes if w is not self._wake]
+            if isinstance(self._wake, SharedWake):
+                self._wake.peers = [self._wake]
+        if conns.users:
+            conns.commit_pending()
+            return
+        for key, shared in list(_SHARED.items()):
+            if shared is conns:
+                del _SHARED[key]
+        conns.close()
+
+    def _share_key(self) -> tuple[Any, ...] | None:
+        """What identifies connections this store may share: the event loop, the file (by
+        device and inode, so a file deleted and made anew is another) and the settings."""
+        if self.memory:
+            return None
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (asyncio.get_running_loop(), st.st_dev, st.st_ino, self.synchronous,
+                self.busy_timeout)
 
     def _connect(self) -> sqlite3.Connection:
         if not self.memory:
@@ -503,57 +569,6 @@ class SQLiteConnections:
         if self._open is None:
             raise StoreError("store is not open")
         return self._open.run_read(job, snapshot)
-
-
-def schema_applied(conn: sqlite3.Connection) -> int:
-    """The last migration applied to the database (0: none)."""
-    row = conn.execute(
-        "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='schema_version'"
-    ).fetchone()
-    if not row[0]:
-        return 0
-    got = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0]
-    return int(got or 0)
-
-
-def apply_migrations(conn: sqlite3.Connection) -> list[int]:
-    """Apply the pending migrations, inside the caller's IMMEDIATE transaction (which
-    serializes concurrent migrators across processes); returns their numbers."""
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_version "
-        "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-    )
-    current = schema_applied(conn)
-    done: list[int] = []
-    for mig in migrations("sqlite"):
-        if mig.version <= current:
-            continue
-        for stmt in _split_sql(mig.sql):
-            conn.execute(stmt)
-        conn.execute(
-            "INSERT INTO schema_version VALUES (?, ?, (julianday('now') - 2440587.5) * 86400.0)",
-            (mig.version, mig.name),
-        )
-        done.append(mig.version)
-    return done
-
-
-def _split_sql(script: str) -> list[str]:
-    """Split a migration into statements (our migrations hold no ';' inside literals; a
-    trigger's body, BEGIN ... END, holds its own, so a piece goes on until SQLite says the
-    statement is complete)."""
-    lines = [ln for ln in script.splitlines() if not ln.strip().startswith("--")]
-    out: list[str] = []
-    pending = ""
-    for piece in "\n".join(lines).split(";"):
-        pending += piece + ";"
-        if sqlite3.complete_statement(pending):
-            if pending.strip(" \n;"):
-                out.append(pending.strip().removesuffix(";").strip())
-            pending = ""
-    if pending.strip(" \n;"):
-        out.append(pending.strip().removesuffix(";").strip())
-    return out
 
 
 def audited(insert: str, job: Callable[[sqlite3.Connection], T], audit: Audit | None,
