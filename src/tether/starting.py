@@ -16,7 +16,7 @@ from .deploy import Routes
 from .errors import DefinitionError, InvalidState, SerializationError
 from .hub import EventHub
 from .store.base import Audit, Lease, NewRun, RunRecord, Store
-from .worker import Worker
+from .worker import Worker, co_resident
 
 
 def check_args(input: Mapping[str, Any] | None, thread_id: str | None,
@@ -71,10 +71,13 @@ def traced(new: NewRun, hub: EventHub, traceparent: str | None) -> NewRun:
 
 async def create(store: Store, new: NewRun, workers: Sequence[Worker], own: str,
                  lease_ttl: float, audit: Audit | None = None) -> tuple[RunRecord, bool]:
-    """Insert the run (or find it there); when a worker of this process (of version `own`)
-    has a free slot, insert it leased to that worker and hand it over (no claim round trip,
-    no wake-up of other workers)."""
-    worker = next((w for w in workers if w.reserve()), None) if new.version == own else None
+    """Insert the run (or find it there); when a worker of this process of the run's version
+    has a free slot (one of `workers`, the runtime's own, of version `own`; else another
+    runtime's on the same database), insert it leased to that worker and hand it over (no
+    claim round trip, no wake-up of other workers)."""
+    if new.version != own:
+        workers = co_resident(store, new.version, new.agent)
+    worker = next((w for w in workers if w.reserve()), None)
     if worker is None:
         return await store.create_run(new, audit=audit)
     try:

@@ -16,6 +16,7 @@ import socket
 import time
 import traceback
 import uuid
+import weakref
 from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 
@@ -35,6 +36,8 @@ from .store.base import Lease, Park, RunRecord, StepCommit, Store, WorkerBeat
 
 log = logging.getLogger("tether.worker")
 STRANDED_EVERY = 5.0
+_RUNNING: weakref.WeakSet[Worker] = weakref.WeakSet()
+"""The workers running in this process (see `co_resident`)."""
 """Seconds between a worker's checks for stranded runs of other versions, at least (twice
 the lease TTL when that is longer)."""
 
@@ -96,6 +99,7 @@ class Worker:
         self._stopping = False
         self._tg: asyncio.TaskGroup | None = None
         self._reserved = 0  # slots promised to runs being started in this process
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._cpu_pool: ProcessPoolExecutor | None = None  # made by the first ctx.cpu_call
         self._agents_json = "{}"
         self.dispatcher = Dispatcher(
@@ -162,12 +166,15 @@ class Worker:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         log.info("worker %s starting (version %s, concurrency %d, lease %.1fs)",
                  self.id, self.registry.version, self.concurrency, self.settings.lease_ttl)
+        self._loop = asyncio.get_running_loop()
+        _RUNNING.add(self)
         self.hub.attach(self)
         if self.hub.observers:
             self.dispatcher.observe = self.hub.effect_done
         try:
             await self._run(stop)
         finally:
+            _RUNNING.discard(self)
             self.hub.detach(self)
         log.info("worker %s stopped after %d steps", self.id, self.steps_committed)
 
@@ -562,3 +569,15 @@ def _check_command(agent: Agent, node_name: str | None, cmd: Any) -> str | None:
         agent.get_node(cmd.node)
         return cmd.node
     raise DefinitionError(f"node {node_name!r} returned an unsupported command {cmd!r}")
+
+
+def co_resident(store: Store, version: str, agent: str) -> list[Worker]:
+    """The workers running in this process, on this event loop, that serve `agent` on
+    `version` with the database `store` is on (the same store, or one with the same URL, an
+    in-memory database aside): another runtime's, say, of the version a run was routed to.
+    A run started here for one of them is handed to it as to the runtime's own workers."""
+    loop = asyncio.get_running_loop()
+    same_db = ":memory:" not in store.url
+    return [w for w in _RUNNING
+            if w._loop is loop and w.registry.version == version and agent in w.registry.agents
+            and (w.store is store or (same_db and w.store.url == store.url))]
