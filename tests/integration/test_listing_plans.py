@@ -2,9 +2,10 @@
 what the table holds. The first page walks runs_created, a time range is a range of it, a
 thread_id prefix is a range of the primary key (never a LIKE over every run), a run's
 children come from runs_parent, the failed ones from runs_failed (a partial index: failed on
-a version that never failed reads only the failed runs). Checked before and after ANALYZE
-(Postgres: its choice of index once analyzed; before, only that no plan reads the table
-whole)."""
+a version that never failed reads only the failed runs), the cancelled ones from
+runs_cancelled. Checked before and after ANALYZE (Postgres: its choice of index once analyzed;
+before, only that no plan reads the table whole). Between them, the cases run every list_runs_*
+query of both dialects."""
 
 from __future__ import annotations
 
@@ -22,19 +23,21 @@ from tether.store.migrate import queries
 
 RUNS = 20_000
 # Runs r000000..r019999, created one a second from t=1000; every 100th has parent r000000,
-# every 100th (others) failed.
+# every 100th (others) failed, every 100th (others again) cancelled.
 INSERT_SQLITE = """
     WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ? - 1)
     INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash, epoch,
                       attempt, created_at, updated_at, parent_thread_id)
     SELECT printf('r%06d', i), 'a', 'v',
-           CASE WHEN i % 100 = 50 THEN 'failed' ELSE 'completed' END, NULL, '{}', 'h', 1, 1, 1000 + i,
+           CASE i % 100 WHEN 50 THEN 'failed' WHEN 75 THEN 'cancelled' ELSE 'completed' END,
+           NULL, '{}', 'h', 1, 1, 1000 + i,
            5000 + (i * 7919) % ?, CASE WHEN i % 100 = 1 THEN 'r000000' END FROM n"""
 INSERT_PG = b"""
     INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash, epoch,
                       attempt, created_at, updated_at, parent_thread_id)
     SELECT 'r' || lpad(i::text, 6, '0'), 'a', 'v',
-           CASE WHEN i %% 100 = 50 THEN 'failed' ELSE 'completed' END, NULL, '{}', 'h', 1, 1,
+           CASE i %% 100 WHEN 50 THEN 'failed' WHEN 75 THEN 'cancelled' ELSE 'completed' END,
+           NULL, '{}', 'h', 1, 1,
            1000 + i, 5000 + (i * 7919) %% %s, CASE WHEN i %% 100 = 1 THEN 'r000000' END
     FROM generate_series(0, %s - 1) i"""
 
@@ -46,10 +49,20 @@ CASES = {  # listing -> how many rows it returns
     "a prefix, oldest": (RunQuery(prefix="r0123", order="oldest", limit=51), 51),
     "a prefix, updated": (RunQuery(prefix="r01234", order="updated", limit=51), 10),
     "children": (RunQuery(parent="r000000", limit=51), 51),
+    "children, oldest": (RunQuery(parent="r000000", order="oldest", limit=51), 51),
+    "children, updated": (RunQuery(parent="r000000", order="updated", limit=51), 51),
     "a status": (RunQuery(status="failed", limit=51), 51),
     "a status, oldest": (RunQuery(status="failed", order="oldest", limit=51), 51),
     "a status and version": (RunQuery(status="failed", version="v", limit=51), 51),
     "a status and version, none": (RunQuery(status="failed", version="v2", limit=51), 0),
+    "a status and version, oldest": (RunQuery(status="failed", version="v", order="oldest",
+                                              limit=51), 51),
+    "cancelled": (RunQuery(status="cancelled", limit=51), 51),
+    "cancelled, oldest": (RunQuery(status="cancelled", order="oldest", limit=51), 51),
+    "cancelled and version": (RunQuery(status="cancelled", version="v", limit=51), 51),
+    "cancelled and version, oldest": (RunQuery(status="cancelled", version="v",
+                                               order="oldest", limit=51), 51),
+    "cancelled and version, none": (RunQuery(status="cancelled", version="v2", limit=51), 0),
 }
 
 
@@ -73,7 +86,12 @@ WANT_PG = {"first page": "runs_created", "oldest": "runs_created",
            "a prefix, oldest": "runs_pkey", "a prefix, updated": "runs_pkey",
            "children": "runs_parent", "a status": "runs_failed",
            "a status, oldest": "runs_failed", "a status and version": "runs_failed",
-           "a status and version, none": "runs_failed"}
+           "a status and version, none": "runs_failed",
+           "children, oldest": "runs_parent", "children, updated": "runs_parent",
+           "a status and version, oldest": "runs_failed", "cancelled": "runs_cancelled",
+           "cancelled, oldest": "runs_cancelled", "cancelled and version": "runs_cancelled",
+           "cancelled and version, oldest": "runs_cancelled",
+           "cancelled and version, none": "runs_cancelled"}
 
 
 @pytest.mark.postgres
@@ -98,7 +116,7 @@ def test_postgres_pages_read_an_index_range(pg_url: str) -> None:
                     assert [s[1] for s in scans] == [WANT_PG[what]], (what, scans)
                     # A prefix's range holds at most 100 runs here (r0123xx).
                     assert _read(root) <= 200, (what, _read(root))
-                if what == "a status and version, none":  # checked in the index: no row read
+                if what.endswith(", none"):  # the version is checked in the index: no row read
                     assert _read(root) == 0, _read(root)
 
 
@@ -119,6 +137,13 @@ WANT_SQLITE = {
                             "created_at<?)",
     "a status and version, none": "SEARCH runs USING INDEX runs_failed (created_at>? AND "
                                   "created_at<?)",
+    "children, oldest": "SEARCH runs USING INDEX runs_parent (parent_thread_id=?)",
+    "children, updated": "SEARCH runs USING INDEX runs_parent (parent_thread_id=?)",
+    "a status and version, oldest": "SEARCH runs USING INDEX runs_failed (created_at>? AND "
+                                    "created_at<?)",
+    **{what: "SEARCH runs USING INDEX runs_cancelled (created_at>? AND created_at<?)"
+       for what in ("cancelled", "cancelled, oldest", "cancelled and version",
+                    "cancelled and version, oldest", "cancelled and version, none")},
 }
 
 
@@ -251,3 +276,12 @@ def test_sqlite_latest_updated_reads_open_and_finished_runs_apart(sqlite_templat
                 used = [p for p in plan if p.startswith(("SCAN runs", "SEARCH runs"))]
                 assert [next((i for i in indexes if i in p), p) for p in used] == indexes, (
                     what, plan)
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_the_cases_run_every_listing_query(dialect: str) -> None:
+    """Each list_runs_* query has its plan pinned above: a new variant needs a case."""
+    run = {listing.plan(code_point_order=True)[0]
+           for listing, _ in CASES.values()} | {
+        listing.plan(code_point_order=True)[0] for listing, _, _ in UPDATED.values()}
+    assert run == {name for name in queries(dialect) if name.startswith("list_runs_")}

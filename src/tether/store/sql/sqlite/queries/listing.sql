@@ -8,6 +8,9 @@
 -- and then reads every run. A `_failed` or `_cancelled` query reads only the runs of that
 -- status (its partial index, which the planner takes by itself). The latest updated are the
 -- open runs (runs_open) and the finished ones (runs_finished, by finished_at: 0012).
+-- Every query is a `page` in one order (the fragments newest, oldest, updated) of one
+-- variant, given where it is used: the table with its index hint, and the condition (a
+-- status a literal: a partial index serves only a query that names its status).
 
 -- fragment: run_filter
 WHERE (:status IS NULL OR status = :status)
@@ -16,133 +19,86 @@ WHERE (:status IS NULL OR status = :status)
   AND (:prefix IS NULL OR substr(thread_id, 1, length(:prefix)) = :prefix)
   AND created_at >= :since AND created_at < :until
 
+-- fragment: page(source, key, cmp, dir, cond)
+-- The runs of `source` past the cursor in the order of (key, thread_id) `dir` (`cmp` is <
+-- going down, > going up) that pass run_filter and `cond` (none, or `AND ...`), a page of them.
+SELECT {{run_columns}} FROM {{source}}
+{{run_filter}}
+  AND ({{key}}, thread_id) {{cmp}} (:cur_ts, :cur_id)
+  {{cond}}
+ORDER BY {{key}} {{dir}}, thread_id {{dir}}
+LIMIT :limit
+
+-- fragment: newest(source, cond)
+{{page({{source}}, created_at, <, DESC, {{cond}})}}
+
+-- fragment: oldest(source, cond)
+{{page({{source}}, created_at, >, ASC, {{cond}})}}
+
+-- fragment: updated(source, cond)
+{{page({{source}}, updated_at, <, DESC, {{cond}})}}
+
+-- fragment: open_part
+{{updated(runs INDEXED BY runs_open, AND status IN ('queued', 'running', 'waiting', 'sleeping'))}}
+
+-- fragment: finished_part
+{{page(runs INDEXED BY runs_finished, finished_at, <, DESC, AND finished_at IS NOT NULL)}}
+
 -- name: list_runs_newest
 -- Newest first (runs_created, downwards).
-SELECT {{run_columns}} FROM runs
-{{run_filter}}
-  AND (created_at, thread_id) < (:cur_ts, :cur_id)
-ORDER BY created_at DESC, thread_id DESC
-LIMIT :limit;
+{{newest(runs, )}}
 
 -- name: list_runs_newest_prefix
 -- list_runs_newest within the primary-key range of a thread_id prefix.
-SELECT {{run_columns}} FROM runs INDEXED BY sqlite_autoindex_runs_1
-{{run_filter}}
-  AND (created_at, thread_id) < (:cur_ts, :cur_id)
-  AND thread_id >= :lo AND thread_id < :hi
-ORDER BY created_at DESC, thread_id DESC
-LIMIT :limit;
+{{newest(runs INDEXED BY sqlite_autoindex_runs_1, AND thread_id >= :lo AND thread_id < :hi)}}
 
 -- name: list_runs_newest_parent
 -- list_runs_newest of one run's children (runs_parent).
-SELECT {{run_columns}} FROM runs INDEXED BY runs_parent
-{{run_filter}}
-  AND (created_at, thread_id) < (:cur_ts, :cur_id)
-  AND parent_thread_id = :parent
-ORDER BY created_at DESC, thread_id DESC
-LIMIT :limit;
+{{newest(runs INDEXED BY runs_parent, AND parent_thread_id = :parent)}}
 
 -- name: list_runs_oldest
 -- Oldest first (runs_created, upwards).
-SELECT {{run_columns}} FROM runs
-{{run_filter}}
-  AND (created_at, thread_id) > (:cur_ts, :cur_id)
-ORDER BY created_at ASC, thread_id ASC
-LIMIT :limit;
+{{oldest(runs, )}}
 
 -- name: list_runs_oldest_prefix
 -- list_runs_oldest within the primary-key range of a thread_id prefix.
-SELECT {{run_columns}} FROM runs INDEXED BY sqlite_autoindex_runs_1
-{{run_filter}}
-  AND (created_at, thread_id) > (:cur_ts, :cur_id)
-  AND thread_id >= :lo AND thread_id < :hi
-ORDER BY created_at ASC, thread_id ASC
-LIMIT :limit;
+{{oldest(runs INDEXED BY sqlite_autoindex_runs_1, AND thread_id >= :lo AND thread_id < :hi)}}
 
 -- name: list_runs_oldest_parent
 -- list_runs_oldest of one run's children (runs_parent).
-SELECT {{run_columns}} FROM runs INDEXED BY runs_parent
-{{run_filter}}
-  AND (created_at, thread_id) > (:cur_ts, :cur_id)
-  AND parent_thread_id = :parent
-ORDER BY created_at ASC, thread_id ASC
-LIMIT :limit;
+{{oldest(runs INDEXED BY runs_parent, AND parent_thread_id = :parent)}}
 
 -- name: list_runs_newest_failed
 -- list_runs_newest of the failed runs (runs_failed, a partial index).
-SELECT {{run_columns}} FROM runs
-{{run_filter}}
-  AND (created_at, thread_id) < (:cur_ts, :cur_id)
-  AND status = 'failed'
-ORDER BY created_at DESC, thread_id DESC
-LIMIT :limit;
+{{newest(runs, AND status = 'failed')}}
 
 -- name: list_runs_newest_failed_version
 -- list_runs_newest_failed of one version, checked in runs_failed's key.
-SELECT {{run_columns}} FROM runs
-{{run_filter}}
-  AND (created_at, thread_id) < (:cur_ts, :cur_id)
-  AND status = 'failed'
-  AND version = :version
-ORDER BY created_at DESC, thread_id DESC
-LIMIT :limit;
+{{newest(runs, AND status = 'failed' AND version = :version)}}
 
 -- name: list_runs_oldest_failed
 -- list_runs_oldest of the failed runs (runs_failed, a partial index).
-SELECT {{run_columns}} FROM runs
-{{run_filter}}
-  AND (created_at, thread_id) > (:cur_ts, :cur_id)
-  AND status = 'failed'
-ORDER BY created_at ASC, thread_id ASC
-LIMIT :limit;
+{{oldest(runs, AND status = 'failed')}}
 
 -- name: list_runs_oldest_failed_version
 -- list_runs_oldest_failed of one version, checked in runs_failed's key.
-SELECT {{run_columns}} FROM runs
-{{run_filter}}
-  AND (created_at, thread_id) > (:cur_ts, :cur_id)
-  AND status = 'failed'
-  AND version = :version
-ORDER BY created_at ASC, thread_id ASC
-LIMIT :limit;
+{{oldest(runs, AND status = 'failed' AND version = :version)}}
 
 -- name: list_runs_newest_cancelled
 -- list_runs_newest of the cancelled runs (runs_cancelled, a partial index).
-SELECT {{run_columns}} FROM runs
-{{run_filter}}
-  AND (created_at, thread_id) < (:cur_ts, :cur_id)
-  AND status = 'cancelled'
-ORDER BY created_at DESC, thread_id DESC
-LIMIT :limit;
+{{newest(runs, AND status = 'cancelled')}}
 
 -- name: list_runs_newest_cancelled_version
 -- list_runs_newest_cancelled of one version, checked in runs_cancelled's key.
-SELECT {{run_columns}} FROM runs
-{{run_filter}}
-  AND (created_at, thread_id) < (:cur_ts, :cur_id)
-  AND status = 'cancelled'
-  AND version = :version
-ORDER BY created_at DESC, thread_id DESC
-LIMIT :limit;
+{{newest(runs, AND status = 'cancelled' AND version = :version)}}
 
 -- name: list_runs_oldest_cancelled
 -- list_runs_oldest of the cancelled runs (runs_cancelled, a partial index).
-SELECT {{run_columns}} FROM runs
-{{run_filter}}
-  AND (created_at, thread_id) > (:cur_ts, :cur_id)
-  AND status = 'cancelled'
-ORDER BY created_at ASC, thread_id ASC
-LIMIT :limit;
+{{oldest(runs, AND status = 'cancelled')}}
 
 -- name: list_runs_oldest_cancelled_version
 -- list_runs_oldest_cancelled of one version, checked in runs_cancelled's key.
-SELECT {{run_columns}} FROM runs
-{{run_filter}}
-  AND (created_at, thread_id) > (:cur_ts, :cur_id)
-  AND status = 'cancelled'
-  AND version = :version
-ORDER BY created_at ASC, thread_id ASC
-LIMIT :limit;
+{{oldest(runs, AND status = 'cancelled' AND version = :version)}}
 
 -- name: list_runs_updated
 -- Most recently updated first: the open runs (runs_open: few, read whole and sorted) merged
@@ -150,57 +106,25 @@ LIMIT :limit;
 -- migration 0012), each part at most a page; every run is in exactly one part. Both indexes
 -- named: unanalyzed, the planner would walk runs_created for either part.
 SELECT * FROM (
-    SELECT * FROM (
-        SELECT {{run_columns}} FROM runs INDEXED BY runs_open
-        {{run_filter}}
-          AND (updated_at, thread_id) < (:cur_ts, :cur_id)
-          AND status IN ('queued', 'running', 'waiting', 'sleeping')
-        ORDER BY updated_at DESC, thread_id DESC
-        LIMIT :limit)
+    SELECT * FROM ({{open_part}})
     UNION ALL
-    SELECT * FROM (
-        SELECT {{run_columns}} FROM runs INDEXED BY runs_finished
-        {{run_filter}}
-          AND (finished_at, thread_id) < (:cur_ts, :cur_id)
-          AND finished_at IS NOT NULL
-        ORDER BY finished_at DESC, thread_id DESC
-        LIMIT :limit)
+    SELECT * FROM ({{finished_part}})
 )
 ORDER BY updated_at DESC, thread_id DESC
 LIMIT :limit;
 
 -- name: list_runs_updated_open
 -- list_runs_updated of an open status: the open runs alone (runs_open).
-SELECT {{run_columns}} FROM runs INDEXED BY runs_open
-{{run_filter}}
-  AND (updated_at, thread_id) < (:cur_ts, :cur_id)
-  AND status IN ('queued', 'running', 'waiting', 'sleeping')
-ORDER BY updated_at DESC, thread_id DESC
-LIMIT :limit;
+{{open_part}}
 
 -- name: list_runs_updated_finished
 -- list_runs_updated of a terminal status: the finished runs alone (runs_finished).
-SELECT {{run_columns}} FROM runs INDEXED BY runs_finished
-{{run_filter}}
-  AND (finished_at, thread_id) < (:cur_ts, :cur_id)
-  AND finished_at IS NOT NULL
-ORDER BY finished_at DESC, thread_id DESC
-LIMIT :limit;
+{{finished_part}}
 
 -- name: list_runs_updated_prefix
 -- list_runs_updated within the primary-key range of a thread_id prefix.
-SELECT {{run_columns}} FROM runs INDEXED BY sqlite_autoindex_runs_1
-{{run_filter}}
-  AND (updated_at, thread_id) < (:cur_ts, :cur_id)
-  AND thread_id >= :lo AND thread_id < :hi
-ORDER BY updated_at DESC, thread_id DESC
-LIMIT :limit;
+{{updated(runs INDEXED BY sqlite_autoindex_runs_1, AND thread_id >= :lo AND thread_id < :hi)}}
 
 -- name: list_runs_updated_parent
 -- list_runs_updated of one run's children (runs_parent).
-SELECT {{run_columns}} FROM runs INDEXED BY runs_parent
-{{run_filter}}
-  AND (updated_at, thread_id) < (:cur_ts, :cur_id)
-  AND parent_thread_id = :parent
-ORDER BY updated_at DESC, thread_id DESC
-LIMIT :limit;
+{{updated(runs INDEXED BY runs_parent, AND parent_thread_id = :parent)}}
