@@ -36,5 +36,13 @@ def test_a_claim_reads_only_claimable_runs(sqlite_template: Path, tmp_path: Path
             assert ("SEARCH runs USING INDEX runs_expiry (version=? AND lease_expires_at<?)"
                     in runs_reads), plan
             assert not [p for p in runs_reads if p.startswith("SCAN")], plan
+            # The cross-process wake-up's check reads the same range, and stops at one row.
+            due = {k: params[k] for k in ("version", "agents")}
+            plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + queries("sqlite")[
+                "any_due"], due)]
+            assert [p for p in plan if " runs " in f"{p} "] == [
+                "SEARCH runs USING INDEX runs_due (version=? AND <expr><?)"], plan
+        assert db.execute(queries("sqlite")["any_due"], due).fetchone() == (1,)
         claimed = db.execute(queries("sqlite")["claim_runs"], params).fetchall()
         assert len(claimed) == 5  # 3 queued, 2 whose lease expired
+        assert db.execute(queries("sqlite")["any_due"], due).fetchone() == (0,)

@@ -49,6 +49,7 @@ from .sqlite_io import Fenced, SharedWake, SQLiteConnections, audited
 from .sqlite_retention import SQLiteRetention
 from .sqlite_schema import apply_migrations, missing_file, parse_sqlite_url, schema_applied
 from .sqlite_steps import step_job
+from .sqlite_watch import OthersWatch
 
 __all__ = ["SQLiteStore", "apply_migrations", "parse_sqlite_url"]
 
@@ -80,6 +81,7 @@ class SQLiteStore:
         self._audit = functools.partial(audited, self._q["insert_audit"])
         self.retention = SQLiteRetention(self._q, self._r, self._w)
         self.deploys = SQLiteDeployments(self._q, self._r, self._w, self.work_available)
+        self._others = OthersWatch(conns, self._r, self._q["any_due"], self.work_available)
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.url!r})"
@@ -105,6 +107,7 @@ class SQLiteStore:
                 raise SchemaError(behind_message(current, target, self.url))
 
     async def close(self) -> None:
+        await self._others.stop()
         self._conns.close()
 
     def observe_commits(self, observer: CommitObserver | None) -> None:
@@ -200,8 +203,10 @@ class SQLiteStore:
         self, worker: str, version: str, agents: Sequence[str], limit: int, lease_ttl: float
     ) -> list[RunRecord]:
         q = self._q["claim_runs"]
-        params = {"worker": worker, "version": version,
-                  "agents": orjson.dumps(list(agents)).decode(), "limit": limit, "ttl": lease_ttl}
+        names = orjson.dumps(list(agents)).decode()
+        self._others.claimed(version, names)
+        params = {"worker": worker, "version": version, "agents": names, "limit": limit,
+                  "ttl": lease_ttl}
         rows = await self._w(lambda c: c.execute(q, params).fetchall())
         return [_run(r) for r in rows]
 

@@ -331,6 +331,14 @@ class _Open:
             return self._undo(batch, exc)
         return results
 
+    def others_version(self) -> int | None:
+        """PRAGMA data_version of the write connection, which moves only when another
+        connection (another process's, or another store's on other settings) commits; None
+        while a group commit is in flight (the connection is not ours to use then)."""
+        if self._inflight is not None or self.write is self.read:
+            return None
+        return int(self.write.execute("PRAGMA data_version").fetchone()[0])
+
     def run_read(self, job: Job, snapshot: bool = False) -> Any:
         """Run a read job on the read connection. A single statement reads one consistent
         snapshot by itself (autocommit); `snapshot=True` wraps a multi-statement job in one
@@ -564,6 +572,10 @@ class SQLiteConnections:
         if self._open is None:
             raise StoreError("store is not open")
         return self._open.submit(job)
+
+    def others_version(self) -> int | None:
+        """See _Open.others_version; None when not open."""
+        return None if self._open is None else self._open.others_version()
 
     async def read(self, job: Job, snapshot: bool = False) -> Any:
         if self._open is None:

@@ -54,20 +54,24 @@ SELECT thread_id, status FROM runs WHERE thread_id IN (SELECT value FROM json_ea
 -- name: get_run_by_key
 SELECT {{run_columns}} FROM runs WHERE idempotency_key = :key;
 
--- name: claim_runs
--- Leases claimable runs of one version: each claim bumps the fencing epoch, so any earlier
--- holder's writes (which check the epoch) are refused from here on. Runs due now come first,
--- in due order (a range of runs_due: a queued run is due since it was created), then runs
--- whose lease expired, oldest expiry first (a range of runs_expiry), up to the limit in all:
--- neither part reads a run that is not claimable (the time bound is a subquery, so it
--- bounds each index range rather than filter every row read).
-WITH t(now) AS MATERIALIZED (SELECT (julianday('now') - 2440587.5) * 86400.0),
-due AS MATERIALIZED (
-    SELECT thread_id FROM runs
+-- fragment: due_now
+-- The runs of one version due now (`t` holds the time), of the agents named: a range of
+-- runs_due (a queued run is due since it was created).
     WHERE version = :version
       AND status IN ('queued', 'sleeping')
       AND coalesce(wake_at, created_at) <= (SELECT now FROM t)
       AND agent IN (SELECT value FROM json_each(:agents))
+
+-- name: claim_runs
+-- Leases claimable runs of one version: each claim bumps the fencing epoch, so any earlier
+-- holder's writes (which check the epoch) are refused from here on. Runs due now come first,
+-- in due order, then runs whose lease expired, oldest expiry first (a range of runs_expiry),
+-- up to the limit in all: neither part reads a run that is not claimable (the time bound is a
+-- subquery, so it bounds each index range rather than filter every row read).
+WITH t(now) AS MATERIALIZED (SELECT (julianday('now') - 2440587.5) * 86400.0),
+due AS MATERIALIZED (
+    SELECT thread_id FROM runs
+{{due_now}}
     ORDER BY coalesce(wake_at, created_at)
     LIMIT :limit),
 expired AS MATERIALIZED (
@@ -85,6 +89,13 @@ SET status = 'running', lease_owner = :worker,
     updated_at = (SELECT now FROM t)
 WHERE thread_id IN (SELECT thread_id FROM due UNION ALL SELECT thread_id FROM expired)
 RETURNING {{run_columns}};
+
+-- name: any_due
+-- Whether claim_runs would find a run due now, read only: what a worker's store checks when
+-- another connection has committed (sqlite_watch.py), before it wakes the worker to claim.
+WITH t(now) AS MATERIALIZED (SELECT (julianday('now') - 2440587.5) * 86400.0)
+SELECT EXISTS (SELECT 1 FROM runs
+{{due_now}});
 
 -- name: renew_leases
 -- One statement renews every lease a worker holds.
