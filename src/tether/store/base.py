@@ -322,8 +322,10 @@ class Store(Protocol):
     url: str
     dialect: str
     work_available: asyncio.Event
-    """Set when this process learns a run may have become claimable (local write or a
-    database notification); workers also poll, so a missed wake-up only costs latency."""
+    """Set when this process learns a run may have become claimable (a local write, a
+    database notification, or on SQLite another connection's commit that made a run due for
+    a worker claiming through this store); workers also poll, so a missed wake-up only costs
+    latency."""
 
     async def open(self, *, check_schema: bool = True) -> None:
         """Connect. Raises StoreUnavailable, or SchemaError if the schema is behind."""
