@@ -78,6 +78,7 @@ async def test_filters_by_version_parent_and_created_time(store: Store) -> None:
     [old] = await create(store, "old", version="v1")
     await asyncio.sleep(0.05)
     [mid] = await create(store, "mid", version="v2")
+    await asyncio.sleep(0.01)  # the kids after mid: created_at ticks in ms, ties go by thread_id
     kids = await create(store, "kid-1", "kid-2", parent="mid", version="v2")
     await asyncio.sleep(0.05)
     [new] = await create(store, "new", version="v1")
