@@ -36,6 +36,7 @@ from tether.langgraph import agent as langgraph_agent
 TOOL_LOG = os.environ.get("LANGGRAPH_TOOL_LOG",
                           os.path.join(tempfile.gettempdir(), "langgraph_tool.log"))
 TOPICS = 4
+TOOL_SECONDS = float(os.environ.get("LANGGRAPH_TOOL_SECONDS", "0.4"))
 
 
 class State(TypedDict, total=False):
@@ -49,7 +50,7 @@ async def search_tool(thread_id: str, query: str) -> str:
     """The tool: slow, and logged when it starts, so a call cut short by a kill counts too."""
     with open(TOOL_LOG, "a") as f:
         f.write(f"{thread_id}|{query}\n")
-    await asyncio.sleep(0.4)
+    await asyncio.sleep(TOOL_SECONDS)
     return f"found: {query}"
 
 

@@ -31,6 +31,9 @@ RUNS = 3
 def tool_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "tool.log"
     monkeypatch.setenv("LANGGRAPH_TOOL_LOG", str(path))  # inherited by the subprocesses
+    # A kill must come while a call is in flight (the last check of the kill test): 0.4 s,
+    # the example's, was sometimes over before a loaded machine's test process killed.
+    monkeypatch.setenv("LANGGRAPH_TOOL_SECONDS", "1.5")
     return path
 
 
