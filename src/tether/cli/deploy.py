@@ -45,14 +45,21 @@ def _age(then: float | None, now: float) -> str:
     return f"{s:.0f}s"
 
 
+def _open_runs(d: Deployment) -> str:
+    """The open runs by status, the statuses that have some ("3 running, 9 waiting")."""
+    return ", ".join(f"{n} {s}" for s in OPEN if (n := d.runs.get(s, 0))) or "0"
+
+
 def _table(found: list[Deployment]) -> None:
-    from rich.table import Table
+    from rich.table import Column, Table
 
     now = time.time()
-    table = Table("version", "weight", "state", "workers", *OPEN, "oldest open", "stranded")
+    # Fits 80 columns: the open runs share one cell (it wraps), and a name is never cut.
+    table = Table(Column("version", overflow="fold"), "weight", Column("state", no_wrap=True),
+                  "workers", "open runs", "oldest open", "stranded")
     for d in found:
-        table.add_row(d.version, str(d.weight), d.state, str(d.workers),
-                      *(str(d.runs.get(s, 0)) for s in OPEN), _age(d.oldest_open, now),
+        table.add_row(d.version, str(d.weight), d.state, str(d.workers), _open_runs(d),
+                      _age(d.oldest_open, now),
                       f"[bold red]{d.stranded}[/]" if d.stranded else "0")
     console().print(table)
 

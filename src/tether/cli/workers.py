@@ -28,10 +28,12 @@ def workers(ctx: click.Context, db: str | None, app: str | None, verbose: bool,
         if not found:
             print("no workers registered")
             return
-        from rich.table import Table
+        from rich.table import Column, Table
 
         now = time.time()
-        table = Table("id", "version", "state", "agents", "busy/slots", "started", "last seen")
+        # An id is what `tether workers release` takes and the logs name: folded, never cut.
+        table = Table(Column("id", overflow="fold"), Column("version", overflow="fold"),
+                      "state", "agents", "busy/slots", "started", "last seen")
         for w in found:
             agents = "; ".join(f"{a} ({', '.join(n)})" for a, n in w.agents.items())
             table.add_row(w.id, w.version, "alive" if w.alive else "[red]dead[/]", agents,
