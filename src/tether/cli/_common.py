@@ -8,7 +8,7 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -157,6 +157,66 @@ def id_column(table: Any, name: str, ids: list[str]) -> None:
     other columns fold instead."""
     table.add_column(name, no_wrap=True, overflow="ignore",
                      min_width=max([len(name), *map(len, ids)]))
+
+
+def table_of(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]], *,
+             optional: Collection[str] = (), width: int, **kwargs: Any) -> Any:
+    """What print_table prints, for a terminal `width` columns wide: a rich Table, or, when
+    its columns cannot fit (rich would cut them to an ellipsis), the rows as records."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    keep = [i for i, (name, _) in enumerate(columns)
+            if name not in optional or any(row[i] for row in rows)]
+    least = {i: max([len(columns[i][0]), *(len(w) for row in rows
+                                            for w in Text.from_markup(row[i]).plain.split())])
+             for i in keep}
+    # Each column costs its border and padding (3); a text column needs a few characters.
+    whole = sum(least[i] if columns[i][1] != "text" else 8 for i in keep) + 3 * len(keep) + 1
+    if whole > width and rows:
+        return Group(*(_record([columns[i] for i in keep], [row[i] for i in keep])
+                       for row in rows))
+    table = Table(**kwargs)
+    for i in keep:
+        name, kind = columns[i]
+        if kind == "id":
+            id_column(table, name, [row[i] for row in rows])
+        elif kind == "word":
+            table.add_column(name, overflow="fold", min_width=least[i])
+        else:
+            table.add_column(name, overflow="fold")
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
+    return table
+
+
+def _record(columns: Sequence[tuple[str, str]], row: Sequence[str]) -> Any:
+    """One row as a record: its ids on a line, then each other value under its name."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim")
+    grid.add_column(overflow="fold")
+    for (name, kind), value in zip(columns, row, strict=True):
+        if kind != "id" and value:
+            grid.add_row(f"  {name}", value)
+    ids = "  ".join(v for (_, kind), v in zip(columns, row, strict=True) if kind == "id")
+    return Group(Text(ids, style="bold"), grid, Text(""))
+
+
+def print_table(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]], *,
+                optional: Collection[str] = (), **kwargs: Any) -> None:
+    """Rows under named columns, readable in any terminal: (name, kind) per column, "id"
+    (never cut or wrapped: see id_column), "word" (a status, a version, a name: as wide as
+    its longest word) or "text" (folded anywhere). A column named in `optional` that no row
+    has a value for is left out. When the columns cannot fit the terminal, each row is
+    printed as a record (name and value per line) instead of being cut. `kwargs` go to the
+    Table (a caption, a title)."""
+    out = console()
+    out.print(table_of(columns, rows, optional=optional, width=out.width, **kwargs))
 
 
 # -- options ----------------------------------------------------------------------------------

@@ -13,9 +13,9 @@ from ..store.base import AUDIT_ACTIONS
 from ._common import (
     POSITIVE_INT,
     connection_options,
-    console,
     json_option,
     on_runtime,
+    print_table,
 )
 from ._root import cli
 
@@ -32,14 +32,13 @@ from ._root import cli
 def audit(thread: str | None, action: str | None, limit: int, before: int | None,
           db: str | None, app: str | None, verbose: bool, as_json: bool) -> int:
     def show(events: Any) -> None:
-        from rich.table import Table
-
-        table = Table("id", "time (UTC)", "actor", "action", "thread_id", "target", "details")
-        for e in events:
-            when = dt.datetime.fromtimestamp(e.at, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-            table.add_row(str(e.id), when, e.actor, e.action, e.thread_id or "", e.target or "",
-                          orjson.dumps(e.details).decode())
-        console().print(table)
+        rows = [(str(e.id), dt.datetime.fromtimestamp(e.at, dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
+                 e.actor, e.action, e.thread_id or "", e.target or "",
+                 orjson.dumps(e.details).decode()) for e in events]
+        print_table(
+            [("id", "word"), ("time (UTC)", "word"), ("actor", "word"), ("action", "word"),
+             ("thread_id", "word"), ("target", "word"), ("details", "text")], rows,
+            optional=("thread_id", "target"))
 
     async def act(rt: Runtime) -> Any:
         return await rt.audit(thread_id=thread, action=action, limit=limit, before=before)

@@ -16,10 +16,10 @@ from ._common import (
     POSITIVE_FLOAT,
     cli_actor,
     connection_options,
-    console,
     dump,
     json_option,
     on_runtime,
+    print_table,
     run,
     runtime_for,
 )
@@ -51,17 +51,14 @@ def _open_runs(d: Deployment) -> str:
 
 
 def _table(found: list[Deployment]) -> None:
-    from rich.table import Column, Table
-
     now = time.time()
-    # Fits 80 columns: the open runs share one cell (it wraps), and a name is never cut.
-    table = Table(Column("version", overflow="fold"), "weight", Column("state", no_wrap=True),
-                  "workers", "open runs", "oldest open", "stranded")
-    for d in found:
-        table.add_row(d.version, str(d.weight), d.state, str(d.workers), _open_runs(d),
-                      _age(d.oldest_open, now),
-                      f"[bold red]{d.stranded}[/]" if d.stranded else "0")
-    console().print(table)
+    rows = [(d.version, str(d.weight), d.state, str(d.workers), _open_runs(d),
+             _age(d.oldest_open, now), f"[bold red]{d.stranded}[/]" if d.stranded else "0")
+            for d in found]
+    # The open runs share one cell (it wraps), so the table fits 80 columns.
+    print_table(
+        [("version", "word"), ("weight", "word"), ("state", "word"), ("workers", "word"),
+         ("open runs", "text"), ("oldest open", "word"), ("stranded", "word")], rows)
 
 
 @deploy.command("status", help="per version: weight, state, live workers, open runs, stranded")

@@ -13,11 +13,10 @@ from ._common import (
     POSITIVE_INT,
     cli_actor,
     connection_options,
-    console,
     dump,
-    id_column,
     json_option,
     on_runtime,
+    print_table,
     run,
     runtime_for,
 )
@@ -40,17 +39,12 @@ def effects() -> None:
 def list_(thread: str | None, status: str | None, limit: int, db: str | None, app: str | None,
           verbose: bool, as_json: bool) -> int:
     def show(found: Any) -> None:
-        from rich.table import Table
-
-        table = Table()
-        id_column(table, "thread_id", [e.thread_id for e in found])
-        id_column(table, "key", [e.key for e in found])
-        for name in ("name", "status", "attempts", "error", "result"):
-            table.add_column(name)
-        for e in found:
-            table.add_row(e.thread_id, e.key, e.name, e.status, str(e.attempts), e.error or "",
-                          "" if e.result is None else orjson.dumps(e.result).decode()[:60])
-        console().print(table)
+        rows = [(e.thread_id, e.key, e.name, e.status, str(e.attempts), e.error or "",
+                 "" if e.result is None else orjson.dumps(e.result).decode()[:60]) for e in found]
+        print_table(
+            [("thread_id", "id"), ("key", "id"), ("name", "word"), ("status", "word"),
+             ("attempts", "word"), ("error", "text"), ("result", "text")], rows,
+            optional=("error", "result"))
 
     async def act(rt: Runtime) -> Any:
         return await rt.effects(thread, status=status, limit=limit)

@@ -20,10 +20,10 @@ from ._common import (
     connection_options,
     console,
     dump,
-    id_column,
     json_option,
     json_value,
     on_runtime,
+    print_table,
     run,
     runtime_for,
 )
@@ -101,18 +101,10 @@ def wait(thread_id: str, until: tuple[str, ...], timeout: float, db: str | None,
 def list_(status: str | None, agent: str | None, limit: int, db: str | None, app: str | None,
           verbose: bool, as_json: bool) -> int:
     def show(found: Any) -> None:
-        from rich.table import Table
-
-        table = Table()
-        id_column(table, "thread_id", [r.thread_id for r in found])
-        for name in ("agent", "status", "actor", "inbox", "step", "node", "version", "attempt",
-                     "error"):
-            table.add_column(name)
-        for r in found:
-            table.add_row(r.thread_id, r.agent, r.status.value, r.actor_state or "",
-                          str(r.inbox_depth or 0), str(r.step), r.node or "", r.version,
-                          str(r.attempt), str(r.error or ""))
-        console().print(table)
+        rows = [(r.thread_id, r.agent, r.status.value, r.actor_state or "",
+                 str(r.inbox_depth or ""), str(r.step), r.node or "", r.version, str(r.attempt),
+                 str(r.error or "")) for r in found]
+        print_table(RUN_COLUMNS, rows, optional=("actor", "inbox", "node", "error"))
 
     async def act(rt: Runtime) -> Any:
         return await rt.list_runs(status=status, agent=agent, limit=limit, inbox=True)
@@ -120,6 +112,11 @@ def list_(status: str | None, agent: str | None, limit: int, db: str | None, app
     return on_runtime(db, app, verbose, act, as_json=as_json,
                       to_json=lambda found: [{k: v for k, v in r.to_dict().items() if k != "state"}
                                              for r in found], show=show)
+
+
+RUN_COLUMNS = (("thread_id", "id"), ("agent", "word"), ("status", "word"), ("actor", "word"),
+               ("inbox", "word"), ("step", "word"), ("node", "word"), ("version", "word"),
+               ("attempt", "word"), ("error", "text"))
 
 
 @runs.command("show", help="show one run and its state")
@@ -231,15 +228,13 @@ def fork(thread_id: str, step: int, new_thread_id: str | None, db: str | None,
 def checkpoints(thread_id: str, state: bool, db: str | None, app: str | None, verbose: bool,
                 as_json: bool) -> int:
     def show(cps: Any) -> None:
-        from rich.table import Table
-
-        table = Table("step", "node", "next", "kind", "worker", "attempt", "ms", "state keys",
-                      caption="kind: delta (the changes of the step) or snapshot (the whole state)")
-        for cp in cps:
-            table.add_row(str(cp.step), cp.node, cp.next_node or "-", KINDS.get(cp.kind, cp.kind),
-                          cp.worker,
-                          str(cp.attempt), f"{cp.duration * 1000:.1f}", ",".join(cp.state))
-        console().print(table)
+        rows = [(str(cp.step), cp.node, cp.next_node or "-", KINDS.get(cp.kind, cp.kind),
+                 cp.worker, str(cp.attempt), f"{cp.duration * 1000:.1f}", ", ".join(cp.state))
+                for cp in cps]
+        print_table(
+            [("step", "word"), ("node", "word"), ("next", "word"), ("kind", "word"),
+             ("worker", "id"), ("attempt", "word"), ("ms", "word"), ("state keys", "text")],
+            rows, caption="kind: delta (the changes of the step) or snapshot (the whole state)")
 
     return on_runtime(db, app, verbose, lambda rt: rt.checkpoints(thread_id), as_json=as_json,
                       to_json=lambda cps: [_cp_dict(cp, state) for cp in cps], show=show)
@@ -282,14 +277,8 @@ def interrupts(thread_id: str | None, show_all: bool, limit: int, db: str | None
 
 
 def _print_interrupts(items: list[Interrupt]) -> None:
-    from rich.table import Table
-
-    table = Table()
-    id_column(table, "id", [i.id for i in items])
-    id_column(table, "thread_id", [i.thread_id for i in items])
-    for name in ("step", "status", "payload", "value"):
-        table.add_column(name)
-    for i in items:
-        table.add_row(i.id, i.thread_id, str(i.step), i.status, orjson.dumps(i.payload).decode(),
-                      "" if i.status == "pending" else orjson.dumps(i.value).decode())
-    console().print(table)
+    rows = [(i.id, i.thread_id, str(i.step), i.status, orjson.dumps(i.payload).decode(),
+             "" if i.status == "pending" else orjson.dumps(i.value).decode()) for i in items]
+    print_table(
+        [("id", "id"), ("thread_id", "id"), ("step", "word"), ("status", "word"),
+         ("payload", "text"), ("value", "text")], rows, optional=("value",))

@@ -9,7 +9,16 @@ from typing import Any
 
 import click
 
-from ._common import cli_actor, connection_options, console, dump, json_option, on_runtime, run, runtime_for
+from ._common import (
+    cli_actor,
+    connection_options,
+    dump,
+    json_option,
+    on_runtime,
+    print_table,
+    run,
+    runtime_for,
+)
 from ._root import cli
 
 
@@ -28,18 +37,15 @@ def workers(ctx: click.Context, db: str | None, app: str | None, verbose: bool,
         if not found:
             print("no workers registered")
             return
-        from rich.table import Column, Table
-
         now = time.time()
-        # An id is what `tether workers release` takes and the logs name: folded, never cut.
-        table = Table(Column("id", overflow="fold"), Column("version", overflow="fold"),
-                      "state", "agents", "busy/slots", "started", "last seen")
-        for w in found:
-            agents = "; ".join(f"{a} ({', '.join(n)})" for a, n in w.agents.items())
-            table.add_row(w.id, w.version, "alive" if w.alive else "[red]dead[/]", agents,
-                          f"{w.busy}/{w.concurrency}", f"{now - w.started_at:.0f}s ago",
-                          f"{now - w.last_seen:.1f}s ago")
-        console().print(table)
+        rows = [(w.id, w.version, "alive" if w.alive else "[red]dead[/]",
+                 "; ".join(f"{a} ({', '.join(n)})" for a, n in w.agents.items()),
+                 f"{w.busy}/{w.concurrency}", f"{now - w.started_at:.0f}s ago",
+                 f"{now - w.last_seen:.1f}s ago") for w in found]
+        # An id is what `tether workers release` takes and the logs name: never cut.
+        print_table(
+            [("id", "id"), ("version", "word"), ("state", "word"), ("agents", "text"),
+             ("busy/slots", "word"), ("started", "word"), ("last seen", "word")], rows)
 
     return on_runtime(db, app, verbose, lambda rt: rt.workers(), as_json=as_json,
                       to_json=lambda found: [w.as_dict() for w in found], show=show)
