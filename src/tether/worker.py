@@ -36,10 +36,10 @@ from .store.base import Lease, Park, RunRecord, StepCommit, Store, WorkerBeat
 
 log = logging.getLogger("tether.worker")
 STRANDED_EVERY = 5.0
-_RUNNING: weakref.WeakSet[Worker] = weakref.WeakSet()
-"""The workers running in this process (see `co_resident`)."""
 """Seconds between a worker's checks for stranded runs of other versions, at least (twice
 the lease TTL when that is longer)."""
+_RUNNING: weakref.WeakSet[Worker] = weakref.WeakSet()
+"""The workers running in this process (see `co_resident`)."""
 
 
 def worker_id() -> str:

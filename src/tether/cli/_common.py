@@ -159,7 +159,7 @@ def id_column(table: Any, name: str, ids: list[str]) -> None:
                      min_width=max([len(name), *map(len, ids)]))
 
 
-def table_of(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]], *,
+def _table_of(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]], *,
              optional: Collection[str] = (), width: int, **kwargs: Any) -> Any:
     """What print_table prints, for a terminal `width` columns wide: a rich Table, or, when
     its columns cannot fit (rich would cut them to an ellipsis), the rows as records."""
@@ -216,7 +216,7 @@ def print_table(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]
     printed as a record (name and value per line) instead of being cut. `kwargs` go to the
     Table (a caption, a title)."""
     out = console()
-    out.print(table_of(columns, rows, optional=optional, width=out.width, **kwargs))
+    out.print(_table_of(columns, rows, optional=optional, width=out.width, **kwargs))
 
 
 # -- options ----------------------------------------------------------------------------------

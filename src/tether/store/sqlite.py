@@ -45,7 +45,7 @@ from .migrate import behind_message, latest, queries
 from .plan import ADVANCE, FINISH, StepWakes, step_kind, step_wakes
 from .rows import finished_run, mail_refused, new_run_params, same_run
 from .sqlite_deploy import SQLiteDeployments
-from .sqlite_io import Fenced, SharedWake, SQLiteConnections, audited
+from .sqlite_io import Fenced, SQLiteConnections, audited
 from .sqlite_retention import SQLiteRetention
 from .sqlite_schema import apply_migrations, missing_file, parse_sqlite_url, schema_applied
 from .sqlite_steps import step_job
@@ -73,7 +73,7 @@ class SQLiteStore:
         self.url, self.path, self.memory = url, conns.path, conns.memory
         self.synchronous, self.busy_timeout = conns.synchronous, conns.busy_timeout
         self._q = queries("sqlite")
-        self.work_available: asyncio.Event = SharedWake()
+        self.work_available: asyncio.Event = conns.wake
         self.effects_available = asyncio.Event()
         # The part's two entry points, bound once: every Store method runs its jobs on them.
         self._w, self._r = conns.write, conns.read
@@ -99,7 +99,7 @@ class SQLiteStore:
         self._conns.open(set_sql={
             self._q[name]: self._q[f"{name}_set"]
             for name in ("insert_journal", "advance_run", "insert_checkpoint", "insert_fresh_run",
-                         "finish_run")}, wake=self.work_available)
+                         "finish_run")})
         if check_schema:
             current, target = await self.schema_version()
             if current < target:

@@ -111,6 +111,7 @@ class _Open:
         self.wakes: list[asyncio.Event] = []
         """The work_available events of the stores sharing these connections."""
         self.users = 0
+        self.key: tuple[Any, ...] | None = None  # in _SHARED under this key, if shared
 
     def commit_pending(self) -> None:
         """Commit what was submitted, on this thread."""
@@ -475,7 +476,8 @@ class SQLiteConnections:
         self.memory = self.path == ":memory:"
         self._open: _Open | None = None
         self._observer: CommitObserver | None = None
-        self._wake: asyncio.Event | None = None
+        self.wake = SharedWake()
+        """The owning store's work_available (see SharedWake)."""
 
     @property
     def observer(self) -> CommitObserver | None:
@@ -492,25 +494,24 @@ class SQLiteConnections:
     def is_open(self) -> bool:
         return self._open is not None
 
-    def open(self, set_sql: dict[str, str], wake: asyncio.Event | None = None) -> None:
+    def open(self, set_sql: dict[str, str]) -> None:
         """Connect, or join the connections another store of this process (on this event
-        loop) has open on the same file with the same settings. `set_sql` maps each fenced
-        write's statement to its set-based form, which writes a whole group commit's rows of
-        that kind in one statement. `wake` (a SharedWake) is set with the other stores'."""
+        loop) has open on the same file with the same settings (`wake` then sets theirs
+        too). `set_sql` maps each fenced write's statement to its set-based form, which
+        writes a whole group commit's rows of that kind in one statement."""
         key = self._share_key()
         conns = _SHARED.get(key) if key is not None else None
         if conns is None:
             conns = _Open(self._connect, shared=self.memory, set_sql=set_sql,
                           busy_ms=int(self.busy_timeout * 1000))
-            if (key := key or self._share_key()) is not None:  # a new file exists now
-                _SHARED[key] = conns
+            conns.key = key or self._share_key()  # a new file exists now
+            if conns.key is not None:
+                _SHARED[conns.key] = conns
         conns.users += 1
         _swap(conns.observers, None, self._observer)
-        if wake is not None:
-            conns.wakes.append(wake)
-            if isinstance(wake, SharedWake):
-                wake.peers = conns.wakes
-        self._open, self._wake = conns, wake
+        conns.wakes.append(self.wake)
+        self.wake.peers = conns.wakes
+        self._open = conns
 
     def close(self) -> None:
         """Commit what was submitted, then leave the connections (closed by the last store
@@ -520,16 +521,13 @@ class SQLiteConnections:
             return
         conns.users -= 1
         _swap(conns.observers, self._observer, None)
-        if self._wake is not None:
-            conns.wakes[:] = [w for w in conns.wakes if w is not self._wake]
-            if isinstance(self._wake, SharedWake):
-                self._wake.peers = [self._wake]
+        conns.wakes[:] = [w for w in conns.wakes if w is not self.wake]
+        self.wake.peers = [self.wake]
         if conns.users:
             conns.commit_pending()
             return
-        for key, shared in list(_SHARED.items()):
-            if shared is conns:
-                del _SHARED[key]
+        if conns.key is not None and _SHARED.get(conns.key) is conns:
+            del _SHARED[conns.key]
         conns.close()
 
     def _share_key(self) -> tuple[Any, ...] | None:
