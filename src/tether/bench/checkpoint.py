@@ -237,9 +237,16 @@ def observed(runtime: tether.Runtime) -> Callable[[], int | None]:
     return flush
 
 
-async def w2(backend: str, runs: int) -> list[Result]:
+W2_PATHS = ("handover", "queued")
+
+
+async def w2(backend: str, runs: int, path: str = "handover") -> list[Result]:
     """`runs` runs started at once, 5 steps each, each step one journaled simulated LLM call;
-    one worker with concurrency = runs in this process."""
+    one worker with concurrency = runs in this process, started as a program writes it
+    (`runtime.work(concurrency=runs)`, no other argument). `path`: "handover", the runs are
+    started while the worker runs (each handed to it as it is created); "queued", all are
+    started before the worker (queued, then claimed), as after a burst or a restart. The
+    clock starts before the first start either way."""
     delays = [w2_delays(i) for i in range(runs)]
     ideal = max(sum(d) for d in delays)
     async with bench_db(backend) as url:
@@ -248,14 +255,21 @@ async def w2(backend: str, runs: int) -> list[Result]:
         flush = observed(runtime)
         async with runtime:
             stop = asyncio.Event()
-            worker = asyncio.create_task(runtime.work(concurrency=runs, stop=stop, tune=True))
-            await asyncio.sleep(0)  # the worker is up and polling before the clock starts
+
+            def start_worker() -> asyncio.Task[None]:
+                return asyncio.create_task(runtime.work(concurrency=runs, stop=stop))
+
+            if path == "handover":
+                worker = start_worker()
+                await asyncio.sleep(0)  # the worker is up and polling before the clock starts
             t0_unix, t0, cpu0 = time.time(), time.perf_counter(), time.process_time()
             started = await asyncio.gather(*(
                 runtime.start(w2_agent, {"delays": d, "replies": []}, thread_id=f"w2-{i:05d}")
                 for i, d in enumerate(delays)
             ))
             t_started = time.perf_counter()
+            if path == "queued":
+                worker = start_worker()
             finished: list[tether.Run] = []
 
             async def wait(thread_id: str) -> tether.Run:

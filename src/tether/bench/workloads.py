@@ -5,6 +5,7 @@ M (the megaagent example) is not in the package: a checkout runs it with
 
     python -m tether.bench.workloads W1 sqlite
     python -m tether.bench.workloads W2 postgres 10000      # runs
+    python -m tether.bench.workloads W2 sqlite 10000 queued # started before the worker
     python -m tether.bench.workloads W3 sqlite outbox 100 10 2   # variant, runs, steps, lease TTL
     python -m tether.bench.workloads W4 postgres 20000 4    # jobs, worker processes
     python -m tether.bench.workloads W5 sqlite 10000        # runs
@@ -25,7 +26,7 @@ from .common import BACKENDS, PartialFailure, Result, emit
 
 USAGE = """usage: python -m tether.bench.workloads WORKLOAD BACKEND [ARGS...]
   W1 sqlite|postgres
-  W2 sqlite|postgres [runs]
+  W2 sqlite|postgres [runs] [handover|queued]
   W3 sqlite|postgres [plain|outbox] [runs] [steps] [lease_ttl_s]
   W4 sqlite|postgres [jobs] [workers]
   W5 sqlite|postgres [runs]
@@ -59,9 +60,12 @@ def workload_call(workload: str, backend: str, args: list[str]) -> Coroutine[Any
 
         return w1(backend)
     if workload == "W2":
-        from .checkpoint import w2
+        from .checkpoint import W2_PATHS, w2
 
-        return w2(backend, int(arg(0, 1000)))
+        path = args[1] if len(args) > 1 else "handover"
+        if path not in W2_PATHS:
+            raise SystemExit(f"W2 path must be handover or queued, got {path!r}\n{USAGE}")
+        return w2(backend, int(arg(0, 1000)), path)
     if workload == "W3":
         from .crash import VARIANTS, w3
 
