@@ -416,13 +416,14 @@ class Runtime:
                 for r in await self.store.load_journal(thread_id, step)]
 
     async def work(self, concurrency: int | None = None, *, stop: asyncio.Event | None = None,
-                   tune: bool = False, cpu_workers: int | None = None) -> None:
+                   tune: bool = True, cpu_workers: int | None = None) -> None:
         """Run a worker in this process until `stop` is set, SIGTERM handling aside (the CLI
-        installs it), or the task is cancelled. `tune=True` also sets the interpreter up for
-        thousands of steps in flight while it runs (the collector and the GIL's switch
-        interval, see tether.tuning), as `tether worker` does; off by default, so a library
-        user's interpreter stays as they set it. `cpu_workers`: processes of the pool that
-        runs ctx.cpu_call (default: the runtime's setting, else one per CPU)."""
+        installs it), or the task is cancelled. While it runs, the interpreter is set up for
+        thousands of steps in flight (the collector's thresholds and the GIL's switch
+        interval, each only if still at Python's default, restored when the process's last
+        worker stops; see tether.tuning); `tune=False` leaves the interpreter as it is.
+        `cpu_workers`: processes of the pool that runs ctx.cpu_call (default: the runtime's
+        setting, else one per CPU)."""
         await self.open()
         n = concurrency or self.settings.concurrency
         settings = self.settings if cpu_workers is None else dataclasses.replace(

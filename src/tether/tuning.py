@@ -1,7 +1,10 @@
 """Interpreter settings for a process that runs a worker with thousands of steps in flight.
 
-Opt-in only: `tether worker` applies them (`runtime.work(tune=True)`); a library user calling
-`runtime.work()` keeps their interpreter exactly as they configured it.
+On by default for every way of running a worker (`tether worker`, `tether serve`'s embedded
+worker, `runtime.work()` in a program), scoped to the worker's lifetime and only where a
+setting is still at Python's default: a setting the program chose is never touched, and the
+defaults come back when the last worker of the process stops (several runtimes' workers in one
+process share one tuning). `runtime.work(tune=False)` keeps the interpreter exactly as it is.
 """
 
 from __future__ import annotations
@@ -15,11 +18,30 @@ from typing import Final, TypeVar
 T = TypeVar("T")
 
 
+_tuning: list[contextlib.ExitStack] = []
+"""One entry per worker of this process inside worker_tuned, the first one's stack holding the
+settings: the first one in tunes, the last one out restores (a worker that stops must not
+untune another that still runs)."""
+
+
 @contextlib.contextmanager
 def worker_tuned(concurrency: int) -> Iterator[None]:
-    """Both settings below for the block, each only if it is still at Python's default."""
-    with gc_tuned(concurrency), switch_interval_tuned():
+    """Both settings below while any worker of the process runs, each only if it was still at
+    Python's default when the first worker started (sized for that worker's concurrency)."""
+    stack = contextlib.ExitStack()
+    if not _tuning:
+        stack.enter_context(gc_tuned(concurrency))
+        stack.enter_context(switch_interval_tuned())
+        _tuning.append(stack)
+    else:
+        _tuning.append(_tuning[0])
+    try:
         yield
+    finally:
+        owner = _tuning[0]
+        _tuning.pop()
+        if not _tuning:
+            owner.close()
 
 
 _GC_DEFAULT: Final = (700, 10, 10)

@@ -7,6 +7,7 @@ import contextlib
 import gc
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
@@ -19,6 +20,7 @@ from tether.tuning import (
     gc_thresholds,
     gc_tuned,
     switch_interval_tuned,
+    worker_tuned,
 )
 
 
@@ -85,5 +87,60 @@ def test_the_young_threshold_grows_with_concurrency() -> None:
             assert gc.get_threshold() == (1_000_000, _GC_WORKER[1], _GC_WORKER[2])
         assert gc.get_threshold() == _GC_DEFAULT
         assert gc_thresholds(50_000)[0] == 5_000_000
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_workers_of_one_process_share_one_tuning() -> None:
+    """The second worker neither re-tunes nor, stopping first, untunes the one still running;
+    the last one out restores Python's defaults."""
+    before = gc.get_threshold(), sys.getswitchinterval()
+    try:
+        gc.set_threshold(*_GC_DEFAULT)
+        sys.setswitchinterval(_SWITCH_DEFAULT)
+        first, second = worker_tuned(10), worker_tuned(10_000)
+        first.__enter__()
+        second.__enter__()
+        assert gc.get_threshold() == _GC_WORKER
+        first.__exit__(None, None, None)  # the first one stops while the second still runs
+        assert gc.get_threshold() == _GC_WORKER
+        assert sys.getswitchinterval() == _SWITCH_WORKER
+        second.__exit__(None, None, None)
+        assert gc.get_threshold() == _GC_DEFAULT
+        assert sys.getswitchinterval() == _SWITCH_DEFAULT
+    finally:
+        gc.set_threshold(*before[0])
+        sys.setswitchinterval(before[1])
+
+
+@pytest.mark.parametrize("tune", [None, False])
+def test_a_programs_worker_is_tuned_unless_it_says_not(tune: bool | None,
+                                                       tmp_path: Path) -> None:
+    """`runtime.work()` as a program writes it tunes (round 2 made it opt-in: W2 10,000 went
+    1.65x slower for every program); `tune=False` keeps the interpreter as it is."""
+    import asyncio
+
+    import tether
+
+    seen: list[tuple[int, int, int]] = []
+    before = gc.get_threshold()
+
+    async def main() -> None:
+        rt = tether.Runtime(f"sqlite:///{tmp_path}/t.db", agents=[], version="v1")
+        await rt.migrate()
+        async with rt:
+            stop = asyncio.Event()
+            kwargs = {} if tune is None else {"tune": tune}
+            task = asyncio.create_task(rt.work(concurrency=10, stop=stop, **kwargs))
+            await asyncio.sleep(0.2)
+            seen.append(gc.get_threshold())
+            stop.set()
+            await task
+
+    try:
+        gc.set_threshold(*_GC_DEFAULT)
+        asyncio.run(main())
+        assert seen == [_GC_DEFAULT if tune is False else _GC_WORKER]
+        assert gc.get_threshold() == _GC_DEFAULT
     finally:
         gc.set_threshold(*before)

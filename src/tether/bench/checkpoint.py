@@ -59,7 +59,7 @@ async def w1(backend: str) -> list[Result]:
         probe_before = await raw_commit_probe(url, "probe_before")
         async with runtime:
             stop = asyncio.Event()
-            worker = asyncio.create_task(runtime.work(concurrency=1, stop=stop, tune=True))
+            worker = asyncio.create_task(runtime.work(concurrency=1, stop=stop))
             # Warm-up outside the clock: the worker's first claim, connections, statement caches.
             warm = await runtime.start(w1_agent, {"messages": []}, thread_id="warmup")
             await runtime.wait(warm.thread_id, timeout=W1_RUN_DEADLINE)

@@ -54,8 +54,7 @@ async def one(backend: str, runs: int, cpu_runs: int, burn_ms: float, offload: b
         await runtime.migrate()
         async with runtime:
             stop = asyncio.Event()
-            worker = asyncio.create_task(runtime.work(concurrency=runs + cpu_runs, stop=stop,
-                                                      tune=True))
+            worker = asyncio.create_task(runtime.work(concurrency=runs + cpu_runs, stop=stop))
             await asyncio.sleep(0)
             if offload:  # the pool's processes start before the clock does (a worker's first
                 # cpu_call pays for them once; a bench of 1 s should not)

@@ -47,7 +47,7 @@ async def without_dispatch(runtime: tether.Runtime, stop: asyncio.Event, concurr
     the worker's dispatcher takes the handler names when it is built, so this worker commits
     the effects its steps request (ctx.effect finds the handler) but never performs them.
     tether itself is unchanged; callers check the outbox to be sure."""
-    worker = asyncio.create_task(runtime.work(concurrency=concurrency, stop=stop, tune=True))
+    worker = asyncio.create_task(runtime.work(concurrency=concurrency, stop=stop))
     while not runtime.local_workers:
         if worker.done():
             await worker  # raises what stopped it
@@ -128,7 +128,7 @@ async def e_dispatch(backend: str, effects: int, analyze: bool = False) -> list[
         store.complete_effect = complete_effect  # type: ignore[method-assign]
         async with runtime:
             stop = asyncio.Event()
-            worker = asyncio.create_task(runtime.work(concurrency=100, stop=stop, tune=True))
+            worker = asyncio.create_task(runtime.work(concurrency=100, stop=stop))
             try:
                 await asyncio.wait_for(all_done.wait(), E_DISPATCH_DEADLINE)
                 timed_out = False
@@ -198,7 +198,7 @@ async def e_overhead(backend: str) -> list[Result]:
         commits_nd = timed_commits(runtime_nd)
         async with runtime, runtime_nd:
             stop = asyncio.Event()
-            worker = asyncio.create_task(runtime.work(concurrency=1, stop=stop, tune=True))
+            worker = asyncio.create_task(runtime.work(concurrency=1, stop=stop))
             worker_nd = await without_dispatch(runtime_nd, stop, 1, "noop")
             target = {"plain": (runtime, e_plain), "effect": (runtime, e_fx),
                       "effect_nodispatch": (runtime_nd, e_fx)}

@@ -29,11 +29,9 @@ async def _once(backend: str, runs: int, versions: tuple[str, ...]) -> tuple[flo
         await rts[0].migrate()
         stops = [asyncio.Event() for _ in rts]
         workers = []
-        for i, (rt, stop) in enumerate(zip(rts, stops, strict=True)):
+        for rt, stop in zip(rts, stops, strict=True):
             await rt.open()
-            # Interpreter tuning is process-wide: set once, as one worker process would.
-            workers.append(asyncio.create_task(rt.work(concurrency=runs, stop=stop,
-                                                       tune=i == 0)))
+            workers.append(asyncio.create_task(rt.work(concurrency=runs, stop=stop)))
         try:
             for _ in range(3000):  # up to 30 s for the workers to register
                 if await _registered(rts[0], len(rts)):

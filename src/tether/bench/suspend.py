@@ -33,7 +33,7 @@ async def w5(backend: str, runs: int) -> list[Result]:
         await runtime.migrate()
         async with runtime, StatusCounts(url) as counts:
             stop = asyncio.Event()
-            worker = asyncio.create_task(runtime.work(concurrency=W5_CONCURRENCY, stop=stop, tune=True))
+            worker = asyncio.create_task(runtime.work(concurrency=W5_CONCURRENCY, stop=stop))
             # Warm-up outside the clock: one run through interrupt, resume and finish (imports,
             # connections, statement caches), then let the worker settle before idle RSS.
             await runtime.start(w5_agent, {"i": -1}, thread_id="warmup")

@@ -74,7 +74,7 @@ def worker(concurrency: int | None, lease_ttl: float | None, metrics_port: int |
                 loop.add_signal_handler(sig, stop.set)
             print(describe(rt, app, metrics_port), flush=True)
             try:
-                await rt.work(stop=stop, tune=True)
+                await rt.work(stop=stop)
             finally:
                 await rt.close()
         finally:

@@ -276,7 +276,7 @@ def create_app(
         stop = asyncio.Event()
         if worker_concurrency is not None:
             worker["task"] = asyncio.create_task(
-                runtime.work(concurrency=worker_concurrency, stop=stop, tune=True),
+                runtime.work(concurrency=worker_concurrency, stop=stop),
                 name="tether-worker")
         try:
             yield
