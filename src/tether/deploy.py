@@ -199,16 +199,20 @@ def _info(r: WorkerRecord, now: float) -> WorkerInfo:
 
 
 async def deployments(store: Store, lease_ttl: float) -> list[Deployment]:
-    """Every version that has a weight row, open runs or a live worker, by name."""
+    """Every version that has a weight row, open runs or a live worker, by name. A version's
+    runs are stranded by the lease TTL its last worker registered (`lease_ttl` only for a
+    version no worker ever registered)."""
     now = await store.now()
     table = {d.version: d for d in await store.deploys.list_deployments()}
     rows = await store.deploys.list_workers()
     live: dict[str, int] = {}
-    last_beat: dict[str, float] = {}
+    last_beat: dict[str, WorkerRecord] = {}  # each version's worker heard from last
     for r in rows:
         if alive(r, now):
             live[r.version] = live.get(r.version, 0) + 1
-        last_beat[r.version] = max(last_beat.get(r.version, 0.0), r.last_seen)
+        seen = last_beat.get(r.version)
+        if seen is None or r.last_seen > seen.last_seen:
+            last_beat[r.version] = r
     runs: dict[str, dict[str, int]] = {}
     oldest: dict[str, float] = {}
     for o in await store.deploys.open_runs():
@@ -221,8 +225,12 @@ async def deployments(store: Store, lease_ttl: float) -> list[Deployment]:
         weight = d.weight if d is not None else 0
         counts = runs.get(version, {})
         stranded = 0
-        if counts and not live.get(version) and last_beat.get(version, 0.0) < now - lease_ttl:
-            stranded = await store.deploys.stranded_runs(version, now - lease_ttl)
+        # The lease TTL its workers ran with decides, not the caller's: a run of a version
+        # whose workers had a 3 s TTL is stranded 3 s after the last heartbeat.
+        last = last_beat.get(version)
+        ttl = last.lease_ttl if last is not None else lease_ttl
+        if counts and not live.get(version) and (last.last_seen if last else 0.0) < now - ttl:
+            stranded = await store.deploys.stranded_runs(version, now - ttl)
         out.append(Deployment(
             version=version, weight=weight,
             state=_state(d, weight, bool(counts), bool(live.get(version)), routed),
@@ -367,14 +375,16 @@ def check_thread_ids(thread_ids: Sequence[str] | None) -> list[str] | None:
 # -- the operations (Runtime's deploy methods are this, on the runtime's store) --------------
 
 ROUTES_TTL = 1.0
-"""Seconds a runtime routes new runs by the weight table it read last before it reads it
-again: a route() made in another process takes effect here within about this time (plus
-one read; at once in the process that made it)."""
+"""The oldest weight table a start routes by, in seconds: a route() made in another process
+decides every start here that begins more than this long after it (at once in the process
+that made it). Past half of it the table is re-read behind the starts; past all of it a start
+waits for the re-read, which the whole burst of starts then shares (one read, never a lock
+per start)."""
 
 
 class Deployer:
     """Rainbow deploys on one store, for a runtime of version `own`: the weight table read
-    for routing (cached ROUTES_TTL seconds), and the operator actions, each checked first and
+    for routing (never older than ROUTES_TTL), and the operator actions, each checked first and
     recorded in the audit log with the change when an actor is named."""
 
     def __init__(self, store: Store, own: str, lease_ttl: float) -> None:
@@ -383,49 +393,38 @@ class Deployer:
         self.lease_ttl = lease_ttl
         self._routes: Routes | None = None
         self._read_at = 0.0
-        self._first: asyncio.Future[Routes] | None = None
-        self._refresh: asyncio.Task[Routes] | None = None
+        self._reading: asyncio.Future[Routes] | None = None
 
     async def current_routes(self) -> Routes:
-        """The weight table and the versions' agents. Only the first call waits for the read
-        (one read for every start waiting on it); once ROUTES_TTL has passed, the table is
-        read again in the background while starts go on with the one they have, so a burst
-        of starts never stalls behind a read."""
+        """The weight table and the versions' agents, read at most ROUTES_TTL ago. Every start
+        that needs a read awaits the same one and all wake together when it is done (a lock
+        would wake them one per loop iteration: a burst of starts would crawl)."""
         routes = self._routes
-        if routes is None:
-            # Every waiter awaits the same read and all wake together when it is done (a
-            # lock would wake them one per loop iteration: a burst of starts would crawl).
-            if self._first is None or (self._first.done() and (
-                    self._first.cancelled() or self._first.exception() is not None)):
-                self._first = asyncio.ensure_future(self.read_routes())
-            return await asyncio.shield(self._first)
-        if time.monotonic() - self._read_at >= ROUTES_TTL and (
-                self._refresh is None or self._refresh.done()):
-            self._read_at = time.monotonic()  # one refresh at a time
-            self._refresh = asyncio.create_task(self._read_quietly(),
-                                                name="tether-routes-refresh")
-        return routes
-
-    async def _read_quietly(self) -> Routes:
-        try:
-            return await self.read_routes()
-        except Exception as exc:  # keep routing by the last table; the next start retries
-            log.warning("reading the deployment weights failed (%s); routing by the last "
-                        "table read", exc)
-            self._read_at = 0.0
-            return self._routes or Routes()
+        age = time.monotonic() - self._read_at
+        if routes is not None and age < ROUTES_TTL / 2:
+            return routes
+        reading = self._reading
+        if reading is None or reading.done():
+            self._reading = reading = asyncio.ensure_future(self.read_routes())
+            reading.add_done_callback(_log_failed_read)
+        if routes is not None and age < ROUTES_TTL:
+            return routes  # fresh enough: the re-read goes on behind this start
+        return await asyncio.shield(reading)
 
     async def read_routes(self) -> Routes:
-        self._routes = routes = await load_routes(self.store)
-        self._read_at = time.monotonic()
-        return routes
+        """Read the table now (the operator actions decide by the current one)."""
+        began = time.monotonic()
+        routes = await load_routes(self.store)
+        if began >= self._read_at:  # a slower, older read never replaces a newer one
+            self._routes, self._read_at = routes, began
+        return self._routes or routes
 
     def close(self) -> None:
-        """Stop a background refresh (the runtime is closing)."""
-        for task in (self._refresh, self._first):
-            if task is not None and not task.done():
-                task.cancel()
-        self._refresh = self._first = None
+        """Stop a read in flight (the runtime is closing)."""
+        if self._reading is not None and not self._reading.done():
+            self._reading.cancel()
+        self._reading = None
+
 
     async def workers(self) -> list[WorkerInfo]:
         return await workers(self.store)
@@ -485,3 +484,10 @@ class Deployer:
         return await upgrade(self.store, from_version, to_version,
                              thread_ids=check_thread_ids(thread_ids), dry_run=dry_run,
                              skip_refused=skip_refused, actor=actor)
+
+
+def _log_failed_read(read: asyncio.Future[Routes]) -> None:
+    """A re-read behind the starts that failed: they keep the table they have until it is
+    ROUTES_TTL old; then a start waits for a new read and gets its error."""
+    if not read.cancelled() and read.exception() is not None:
+        log.warning("reading the deployment weights failed (%s)", read.exception())

@@ -272,6 +272,75 @@ async def test_stopped_version_is_stranded_within_ttl(db_url: str, tmp_path: Pat
             await eventually(logged, timeout=30, what="the v2 worker to log the stranding")
 
 
+async def test_stranding_uses_the_workers_lease_ttl_not_the_callers(
+        db_url: str, tmp_path: Path) -> None:
+    """Workers at a 3 s TTL, a CLI at its default (30 s): every v1 worker SIGKILLed, `deploy
+    status --check` exits 1 within TTL + 3 s (it once waited for the CLI's own 30 s)."""
+    ttl = 3.0
+    with Workers(db_url, tmp_path, call_log=tmp_path / "calls") as workers:
+        workers.app = V1
+        w1a = workers.start(concurrency=10, lease_ttl=ttl)
+        w1b = workers.start(concurrency=10, lease_ttl=ttl)
+        async with client(db_url) as rt:
+            await registered(rt, {"v1": 2}, workers)
+            ids = [(await rt.start(v1.agent, {"ask": True}, version="v1")).thread_id
+                   for _ in range(3)]
+
+            async def waiting() -> bool:
+                return all([(await rt.peek(t)).status == "waiting" for t in ids])
+
+            await eventually(waiting, timeout=60, what="runs waiting", workers=workers)
+            env = {k: v for k, v in os.environ.items() if k != "TETHER_LEASE_TTL"}
+            w1a.kill()
+            w1b.kill()
+            killed = time.monotonic()
+            while True:
+                check = await asyncio.to_thread(subprocess.run, [
+                    sys.executable, "-m", "tether", "deploy", "status", "--db", db_url,
+                    "--check", "--json"], capture_output=True, text=True, timeout=60, env=env)
+                if check.returncode == 1 or time.monotonic() - killed > 40:
+                    break
+                await asyncio.sleep(0.2)
+            waited = time.monotonic() - killed
+            assert check.returncode == 1, (check.stdout, check.stderr)
+            assert waited <= ttl + 3.0, waited
+            v1_row = next(d for d in json.loads(check.stdout) if d["version"] == "v1")
+            assert v1_row["stranded"] == 3 and v1_row["workers"] == 0
+
+
+async def test_status_says_no_routing_and_drain_wait_prints_on_change(
+        db_url: str, tmp_path: Path) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tether", "deploy", *args, "--db", db_url],
+                              capture_output=True, text=True, timeout=60)
+
+    with Workers(db_url, tmp_path, call_log=tmp_path / "calls") as workers:
+        start_worker(workers, V1)
+        start_worker(workers, V2)
+        async with client(db_url) as rt:
+            await registered(rt, {"v1": 1, "v2": 1}, workers)
+            ids = [(await rt.start(v1.agent, {"ask": True}, version="v1")).thread_id
+                   for _ in range(2)]
+
+            async def waiting() -> bool:
+                return all([(await rt.peek(t)).status == "waiting" for t in ids])
+
+            await eventually(waiting, timeout=60, what="runs waiting", workers=workers)
+            before = await asyncio.to_thread(cli, "status")
+            assert before.returncode == 0, before.stderr
+            assert "no routing set (runs go to the starting runtime's version)" in before.stdout
+            v1_line = next(line for line in before.stdout.splitlines() if "v1" in line)
+            assert " 0 " not in v1_line.split("active")[0], before.stdout  # not "weight 0"
+            await rt.route({"v2": 100})
+            after = await asyncio.to_thread(cli, "status")
+            assert "no routing set" not in after.stdout
+            drained = await asyncio.to_thread(cli, "drain", "v1", "--wait", "--timeout", "3.5")
+            assert drained.returncode == 1, (drained.stdout, drained.stderr)
+            lines = [line for line in drained.stdout.splitlines() if "draining," in line]
+            assert lines == ["v1: draining, 2 open runs (2 waiting) after 0s"], drained.stdout
+            assert "not drained after 3.5s" in drained.stdout
+
+
 async def test_bad_input_is_refused_and_changes_nothing(db_url: str, tmp_path: Path) -> None:
     with Workers(db_url, tmp_path, call_log=tmp_path / "calls") as workers:
         start_worker(workers, V1)

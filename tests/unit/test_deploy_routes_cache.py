@@ -1,5 +1,6 @@
-"""Deployer.current_routes: one read for a burst of starts, all woken together, and a stale
-table refreshed in the background (a start never waits for a re-read)."""
+"""Deployer.current_routes: one read for a burst of starts, all woken together; a table past
+half its age re-read behind the starts; a start never routes by a table older than ROUTES_TTL
+(it waits for the re-read, which the burst shares)."""
 
 from __future__ import annotations
 
@@ -51,13 +52,12 @@ async def test_a_burst_of_starts_shares_one_read_and_wakes_at_once() -> None:
     assert {c.result().weights for c in calls} == {()}
 
 
-async def test_a_stale_table_is_refreshed_behind_the_starts(monkeypatch: pytest.MonkeyPatch
-                                                            ) -> None:
+async def test_an_aging_table_is_refreshed_behind_the_starts() -> None:
     store = Store()
     store.deploys.gate.set()
     d = deploy.Deployer(store, "v1", 30.0)  # type: ignore[arg-type]
     first = await d.current_routes()
-    monkeypatch.setattr(deploy, "ROUTES_TTL", 0.0)
+    d._read_at -= deploy.ROUTES_TTL * 0.6  # past half its age, not past all of it
     store.deploys.weights = [DeploymentRecord("v1", 10, None, 0.0)]
     store.deploys.gate.clear()
     assert await d.current_routes() is first  # at once, with the table it had
@@ -67,8 +67,46 @@ async def test_a_stale_table_is_refreshed_behind_the_starts(monkeypatch: pytest.
     store.deploys.gate.set()
     for _ in range(5):
         await asyncio.sleep(0)
-    monkeypatch.setattr(deploy, "ROUTES_TTL", 3600.0)
     assert (await d.current_routes()).weights == (("v1", 10),)
+    assert store.deploys.reads == 2
+    d.close()
+
+
+async def test_a_start_never_routes_by_a_table_past_its_age() -> None:
+    """After `deploy route` in another process, the first start of an idle process follows the
+    new table: it waits for the re-read, and a burst of such starts shares one."""
+    store = Store()
+    store.deploys.gate.set()
+    d = deploy.Deployer(store, "v1", 30.0)  # type: ignore[arg-type]
+    await d.current_routes()
+    d._read_at -= 60.0  # idle for a minute
+    store.deploys.weights = [DeploymentRecord("v2", 100, None, 0.0)]
+    store.deploys.gate.clear()
+    calls = [asyncio.ensure_future(d.current_routes()) for _ in range(100)]
+    await asyncio.sleep(0.01)
+    assert store.deploys.reads == 2 and not any(c.done() for c in calls)
+    store.deploys.gate.set()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert {c.result().weights for c in calls} == {(("v2", 100),)}
+    d.close()
+
+
+async def test_a_failed_refresh_behind_the_starts_is_logged_not_raised(
+        caplog: pytest.LogCaptureFixture) -> None:
+    store = Store()
+    store.deploys.gate.set()
+    d = deploy.Deployer(store, "v1", 30.0)  # type: ignore[arg-type]
+    first = await d.current_routes()
+    d._read_at -= deploy.ROUTES_TTL * 0.6
+    store.deploys.fail = True
+    assert await d.current_routes() is first
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert "reading the deployment weights failed" in caplog.text
+    d._read_at -= deploy.ROUTES_TTL  # now too old to route by: the start gets the error
+    with pytest.raises(OSError):
+        await d.current_routes()
     d.close()
 
 

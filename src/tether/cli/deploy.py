@@ -50,15 +50,24 @@ def _open_runs(d: Deployment) -> str:
     return ", ".join(f"{n} {s}" for s in OPEN if (n := d.runs.get(s, 0))) or "0"
 
 
+NO_ROUTING = "no routing set (runs go to the starting runtime's version)"
+
+
 def _table(found: list[Deployment]) -> None:
     now = time.time()
-    rows = [(d.version, str(d.weight), d.state, str(d.workers), _open_runs(d),
-             _age(d.oldest_open, now), f"[bold red]{d.stranded}[/]" if d.stranded else "0")
+    # Before any route a version's weight is not 0 (which would mean "no new runs"): the
+    # table is unset and each runtime's starts go to its own version.
+    routed = any(d.weight > 0 for d in found)
+    rows = [(d.version, str(d.weight) if routed or d.state == "retired" else "-", d.state,
+             str(d.workers), _open_runs(d), _age(d.oldest_open, now),
+             f"[bold red]{d.stranded}[/]" if d.stranded else "0")
             for d in found]
     # The open runs share one cell (it wraps), so the table fits 80 columns.
     print_table(
         [("version", "word"), ("weight", "word"), ("state", "word"), ("workers", "word"),
          ("open runs", "text"), ("oldest open", "word"), ("stranded", "word")], rows)
+    if not routed:
+        print(NO_ROUTING)
 
 
 @deploy.command("status", help="per version: weight, state, live workers, open runs, stranded")
@@ -129,11 +138,15 @@ def drain(version: str, wait_: bool, timeout: float | None, db: str | None, app:
         rt = runtime_for(db, app)
         try:
             d = await rt.drain(version, actor=cli_actor())
-            deadline = None if timeout is None else time.monotonic() + timeout
+            began = time.monotonic()
+            deadline = None if timeout is None else began + timeout
+            shown: dict[str, int] | None = None
             while wait_ and d.state == "draining":
-                left = ", ".join(f"{s} {n}" for s, n in sorted(d.runs.items()))
-                if not as_json:
-                    print(f"{version}: draining, {d.open} open runs ({left})", flush=True)
+                if not as_json and d.runs != shown:  # a line when the count changes
+                    shown = dict(d.runs)
+                    left = ", ".join(f"{n} {s}" for s in OPEN if (n := d.runs.get(s, 0)))
+                    print(f"{version}: draining, {d.open} open runs ({left}) after "
+                          f"{time.monotonic() - began:.0f}s", flush=True)
                 if deadline is not None and time.monotonic() >= deadline:
                     if not as_json:
                         print(f"{version}: not drained after {timeout}s", flush=True)
