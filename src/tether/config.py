@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote_plus, urlsplit
 
 from .errors import ConfigError
 
@@ -173,20 +174,30 @@ def default_db() -> str:
     return resolve().db
 
 
-def redact(url: str) -> str:
-    """The URL with its password (in the userinfo or a `password=` parameter) masked."""
-    from urllib.parse import urlsplit
+SECRET_WORDS = ("pass", "pwd", "secret", "token", "key", "credential")
+"""A URL query parameter whose name holds one of these (libpq's password, sslpassword,
+passfile, sslkey; a pooler's or proxy's token, api_key, client_secret ...) is masked."""
 
+
+def redact(url: str) -> str:
+    """The URL with every secret in it masked: the userinfo's password and the value of every
+    query parameter whose name is secret-like (SECRET_WORDS). Every URL tether shows (CLI
+    output and errors, logs, pages, audit details) goes through this."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return "<malformed URL>"
     userinfo, at, hostinfo = parts.netloc.rpartition("@")
     netloc = f"{userinfo.split(':', 1)[0]}:***@{hostinfo}" if at and ":" in userinfo else parts.netloc
-    query = "&".join(
-        "password=***" if item.split("=", 1)[0].lower() == "password" else item
-        for item in parts.query.split("&")
-    ) if parts.query else ""
+    query = "&".join(_masked(item) for item in parts.query.split("&")
+                     ) if parts.query else ""
     if netloc == parts.netloc and query == parts.query:
         return url
     return parts._replace(netloc=netloc, query=query).geturl()
+
+
+def _masked(item: str) -> str:
+    name = item.split("=", 1)[0]
+    # Unquoted: "pass%77ord" is what libpq reads as password.
+    lowered = unquote_plus(name).lower()
+    return f"{name}=***" if any(word in lowered for word in SECRET_WORDS) else item

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from . import deploy, serde, starting
 from .agent import Agent
-from .config import Settings, resolve
+from .config import Settings, redact, resolve
 from .context import Message
 from .deploy import Deployment, Upgrade, WorkerInfo
 from .errors import DefinitionError, InvalidState, RunNotFound, SchemaError
@@ -97,7 +97,7 @@ class Runtime:
         self._deploys = deploy.Deployer(self.store, version, settings.lease_ttl)
 
     def __repr__(self) -> str:
-        return f"Runtime({self.store.url!r}, version={self.version!r}, agents={list(self.agents)})"
+        return f"Runtime({redact(self.store.url)!r}, version={self.version!r}, agents={list(self.agents)})"
 
     @property
     def db_url(self) -> str:
