@@ -87,16 +87,25 @@ class Proc:
         self._out.close()
 
 
+def client_headers(token: str | None = None) -> dict[str, str]:
+    """What a client of the API sends: its name (so that a write without a JSON body, such as
+    POST /runs/{id}/cancel, is not taken for a browser's form) and the token if any."""
+    headers = {"X-Tether-Client": "tests"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
 class Server(Proc):
     base_url: str
 
     def client(self, token: str | None = None, **kw: Any) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers = {**client_headers(token), **kw.pop("headers", {})}
         return httpx.Client(base_url=self.base_url, headers=headers, timeout=30, **kw)
 
     def async_client(self, token: str | None = None) -> httpx.AsyncClient:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=30)
+        return httpx.AsyncClient(base_url=self.base_url, headers=client_headers(token),
+                                 timeout=30)
 
 
 class Procs:

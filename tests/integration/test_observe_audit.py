@@ -168,7 +168,7 @@ async def test_get_audit_names_the_token(db_url: str) -> None:
     asgi = create_app(rt, token="s3cret", token_name="ci-bot")
     headers = {"Authorization": "Bearer s3cret"}
     async with asgi.router.lifespan_context(asgi), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=asgi), base_url="http://t", headers=headers) as c:
+            transport=httpx.ASGITransport(app=asgi), base_url="http://127.0.0.1", headers=headers) as c:
         r = await c.post("/runs", json={"agent": "obs", "input": {"steps": 1}, "thread_id": "h"})
         assert r.status_code == 201
         assert (await c.post("/runs/h/cancel")).status_code == 200
@@ -274,7 +274,7 @@ async def test_post_runs_takes_a_version(db_url: str) -> None:
         await eventually(registered, what="the v2 worker to register")
         asgi = create_app(rt)
         async with asgi.router.lifespan_context(asgi), httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=asgi), base_url="http://t") as http:
+                transport=httpx.ASGITransport(app=asgi), base_url="http://127.0.0.1") as http:
             r = await http.post("/runs", json={"agent": "obs", "input": {"steps": 1},
                                                "thread_id": "on-v2", "version": "v2"})
             assert r.status_code == 201, r.text

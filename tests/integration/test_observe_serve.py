@@ -26,7 +26,7 @@ async def test_metrics_gauges_are_cached_reads_of_the_store(db_url: str) -> None
         for i in range(3):
             await rt.start(app.agent, {"steps": 1}, thread_id=f"g{i}")
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
-                                     base_url="http://test") as c:
+                                     base_url="http://127.0.0.1") as c:
             first = await c.get("/metrics")
             assert first.status_code == 200
             assert first.headers["content-type"].startswith("text/plain")
@@ -55,7 +55,7 @@ async def test_metrics_count_the_embedded_workers_runs(db_url: str) -> None:
         for r in runs:
             assert (await rt.wait(r.thread_id, timeout=30)).status == "completed"
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
-                                     base_url="http://test") as c:
+                                     base_url="http://127.0.0.1") as c:
             text = (await c.get("/metrics")).text
     finished = gauges(text, "tether_runs_finished_total")
     assert finished == {(("agent", "obs"), ("status", "completed"), ("version", "v1")): 3.0}
@@ -97,7 +97,7 @@ async def test_effects_done_and_dead_are_counted_as_the_store_has_them(db_url: s
             nonlocal text
             asgi.state.store_gauges.read_at = float("-inf")  # read the store afresh
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
-                                         base_url="http://test") as c:
+                                         base_url="http://127.0.0.1") as c:
                 text = (await c.get("/metrics")).text
             return sum(gauges(text, "tether_effects_total").values()) == done + 2 * dead
 

@@ -115,7 +115,7 @@ async def test_post_runs_honours_a_traceparent_header(db_url: str) -> None:
     rt = app.make_runtime().with_db(db_url)
     asgi = create_app(rt)
     async with asgi.router.lifespan_context(asgi), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=asgi), base_url="http://t") as c:
+            transport=httpx.ASGITransport(app=asgi), base_url="http://127.0.0.1") as c:
         body = {"agent": "obs", "input": {"steps": 1}}
         ok = await c.post("/runs", json={**body, "thread_id": "tp"},
                           headers={"traceparent": CALLER})

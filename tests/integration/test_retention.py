@@ -174,7 +174,7 @@ async def test_a_pruned_run_is_a_tombstone_and_its_thread_id_starts_fresh(db_url
         assert isinstance(info.value, RunNotFound) and info.value.pruned_at > 0
         app = create_app(rt)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                     base_url="http://t") as c:
+                                     base_url="http://127.0.0.1") as c:
             r = await c.get("/runs/reused")
             assert r.status_code == 410
             assert r.json()["error"]["type"] == "RunPruned"

@@ -12,10 +12,9 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import hmac
 import logging
 import math
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable
 from http import HTTPStatus
 from typing import Annotated, Any
 
@@ -24,10 +23,8 @@ from fastapi import FastAPI, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
 from ..deploy import Deployment
@@ -48,6 +45,7 @@ from ..runtime import Runtime
 from ..types import RunStatus
 from .dashboard import dashboard_router
 from .events import encode, run_events
+from .guard import Guard, error_response
 from .models import (
     MAX_ID,
     NO_NUL,
@@ -106,20 +104,6 @@ class ApiError(Exception):
         self.message = message
 
 
-def error_response(
-    status: int,
-    type: str,
-    message: str,
-    *,
-    details: list[dict[str, Any]] | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> JSONResponse:
-    body: dict[str, Any] = {"type": type, "message": message}
-    if details is not None:
-        body["details"] = details
-    return JSONResponse({"error": body}, status_code=status, headers=headers)
-
-
 def _errors(*codes: int, explicit: bool = False) -> dict[int | str, dict[str, Any]]:
     """OpenAPI entries for the error statuses an operation can return. `explicit` spells the
     JSON content out, for operations whose own response is not JSON (FastAPI would document
@@ -128,68 +112,6 @@ def _errors(*codes: int, explicit: bool = False) -> dict[int | str, dict[str, An
         content = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
         return {c: {"description": HTTPStatus(c).phrase, "content": content} for c in codes}
     return {c: {"model": ErrorBody, "description": HTTPStatus(c).phrase} for c in codes}
-
-
-class _Guard:
-    """Bearer-token check (all paths but /healthz) and the request body limit, in front of
-    everything, so unauthenticated clients learn nothing (not even which paths exist)."""
-
-    def __init__(self, app: ASGIApp, token: str | None, max_body: int,
-                 read_only: bool = False) -> None:
-        self.app = app
-        self.token = token.encode() if token else None
-        self.max_body = max_body
-        self.read_only = read_only
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = Headers(scope=scope)
-        path = scope["path"]  # the dashboard (/ui) checks its own session cookie
-        if self.token is not None and path != "/healthz" and not (
-                path == "/ui" or path.startswith("/ui/")):
-            scheme, _, cred = headers.get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(
-                cred.strip().encode("utf-8", "replace"), self.token
-            ):
-                resp = error_response(401, "Unauthorized",
-                                      "missing or wrong bearer token (Authorization: Bearer ...)",
-                                      headers={"WWW-Authenticate": "Bearer"})
-                await resp(scope, receive, send)
-                return
-        if self.read_only and scope["method"] not in ("GET", "HEAD", "OPTIONS") and not (
-                path == "/ui" or path.startswith("/ui/")):  # the dashboard says it itself
-            await error_response(403, "ReadOnly", "this server is read-only (--read-only)")(
-                scope, receive, send)
-            return
-        length = headers.get("content-length")
-        if length is not None:
-            if not length.isdigit():
-                await error_response(400, "BadRequest", "invalid Content-Length")(
-                    scope, receive, send)
-                return
-            if int(length) > self.max_body:
-                await self._too_large()(scope, receive, send)
-                return
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
-            msg = await receive()
-            if msg["type"] == "http.request":
-                seen += len(msg.get("body", b""))
-                if seen > self.max_body:
-                    raise HTTPException(413, self._message())
-            return msg
-
-        await self.app(scope, limited, send)
-
-    def _message(self) -> str:
-        return f"request body is larger than {self.max_body} bytes"
-
-    def _too_large(self) -> JSONResponse:
-        return error_response(413, "ContentTooLarge", self._message())
 
 
 def encode_cursor(created_at: float, thread_id: str) -> str:
@@ -251,10 +173,15 @@ def create_app(
     events_poll: float = 0.25,
     read_only: bool = False,
     token_name: str | None = None,
+    allowed_hosts: Iterable[str] = (),
+    api_docs: bool = False,
 ) -> FastAPI:
     """The HTTP API over `runtime`, and the dashboard under /ui. With `token`, every endpoint
     but /healthz requires `Authorization: Bearer <token>` (the dashboard asks for it once).
-    `read_only` refuses every request that would change something. With
+    `read_only` refuses every request that would change something. Requests must name this
+    server in their Host (loopback names, the address they came in on, `allowed_hosts`; "*"
+    for any), and writes must not come from another site's page (tether.service.guard).
+    `api_docs` serves /docs and /redoc (pages that load their scripts from a CDN). With
     `worker_concurrency`, a worker runs inside the server's event loop for the app's lifetime
     (stopped cleanly on shutdown)."""
     if worker_concurrency is not None and worker_concurrency < 1:
@@ -299,8 +226,13 @@ def create_app(
         description="Durable runs of agents: start, inspect, resume, cancel, fork, follow.",
         lifespan=lifespan,
         generate_unique_id_function=lambda route: route.name,
+        # Swagger UI and ReDoc load their scripts from a CDN, with no integrity check: off
+        # unless asked for. /openapi.json is served either way.
+        docs_url="/docs" if api_docs else None,
+        redoc_url="/redoc" if api_docs else None,
     )
-    app.add_middleware(_Guard, token=token or None, max_body=max_body_bytes, read_only=read_only)
+    app.add_middleware(Guard, token=token or None, max_body=max_body_bytes, read_only=read_only,
+                       allowed_hosts=tuple(allowed_hosts))
     app.state.draining = False
     # The dashboard's actions name the token's too; without a token, "dashboard".
     app.include_router(dashboard_router(runtime, token=token or None, read_only=read_only,
@@ -534,10 +466,14 @@ def create_app(
         """Weight 0 for the version: its open runs finish on it, no new run lands on it."""
         return DeploymentOut(**(await runtime.drain(version, actor=actor)).as_dict())
 
-    @app.get("/healthz", response_model=Health, tags=["health"],
+    @app.get("/healthz", response_model=Health, response_model_exclude_unset=True,
+             tags=["health"],
              responses={503: {"model": Health, "description": "database or worker down"}})
-    async def healthz(response: Response) -> Health:
-        """Liveness and database check (no token needed)."""
+    async def healthz(request: Request, response: Response) -> Health:
+        """Liveness and database check (no token needed). Without the token (or, on a server
+        without one, under a Host that is not this server's) only `status`: ok or
+        unavailable; the details (whose database errors name its user, host and database)
+        need the token."""
         error: str | None = None
         try:
             await runtime.ping()
@@ -554,6 +490,8 @@ def create_app(
                 error = f"database: {exc}"
         if error is not None:
             response.status_code = 503
+        if not request.scope.get("state", {}).get("tether_authorized", False):
+            return Health(status="unavailable" if error else "ok")
         return Health(status="unavailable" if error else "stranded" if stranded else "ok",
                       db=runtime.dialect, version=runtime.version, worker=task is not None,
                       stranded=stranded, error=error)

@@ -101,6 +101,7 @@ class RunErrorOut(BaseModel):
     type: str
     message: str
     traceback: str
+    node: str | None = Field(None, description="the node whose step raised")
 
 
 class RunSummary(BaseModel):
@@ -124,6 +125,8 @@ class RunSummary(BaseModel):
         None, description="What a waiting run waits for: interrupt, mail or join")
     actor_state: str | None = Field(
         None, description="For actors: idle (parked for mail) or processing")
+    failed_node: str | None = Field(
+        None, description="The node whose step failed (null unless the run failed)")
     inbox_depth: int | None = Field(None, description="Unconsumed messages (single-run reads)")
     usage: dict[str, int] | None = Field(
         None, description="LLM token usage summed over the run's journaled calls, each counted "
@@ -188,12 +191,16 @@ class InterruptOut(BaseModel):
 
 
 class Health(BaseModel):
+    """Only `status` (ok or unavailable) without the token; every field with it."""
+
     status: Literal["ok", "stranded", "unavailable"]
-    db: str = Field(description="the database dialect")
-    version: str = Field(description="the code version this server runs")
-    worker: bool = Field(description="whether a worker runs inside this server")
-    stranded: int = Field(default=0, description="open runs whose version has had no live "
-                          "worker for longer than the lease TTL (status `stranded` when > 0)")
+    db: str | None = Field(default=None, description="the database dialect")
+    version: str | None = Field(default=None, description="the code version this server runs")
+    worker: bool | None = Field(default=None,
+                                description="whether a worker runs inside this server")
+    stranded: int | None = Field(default=None, description="open runs whose version has had "
+                                 "no live worker for longer than the lease TTL (status "
+                                 "`stranded` when > 0)")
     error: str | None = None
 
 
