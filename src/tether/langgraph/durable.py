@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.pregel import Pregel
 from langgraph.types import Command as LGCommand
 from langgraph.types import StateSnapshot
@@ -38,6 +39,7 @@ from ..agent import Agent, Command, finish, goto
 from ..context import Context
 from ..errors import DefinitionError, InvalidState
 from ..retry import RetryPolicy
+from ._strict import strict_serde
 from .saver import TetherSaver
 
 __all__ = ["agent"]
@@ -52,19 +54,27 @@ def _values(values: dict[str, Any]) -> Mapping[str, Any]:
 
 
 def agent(name: str, graph: Graph, *, output: Output | None = None,
-          retry: RetryPolicy | None = None) -> Agent:
-    """A tether Agent running `graph` (a compiled LangGraph graph), one super-step per step."""
+          retry: RetryPolicy | None = None, serde: SerializerProtocol | None = None,
+          allowed_types: Collection[type] = ()) -> Agent:
+    """A tether Agent running `graph` (a compiled LangGraph graph), one super-step per step.
+
+    `serde` and `allowed_types` are TetherSaver's: the graph's checkpoints are read back with
+    LangGraph's own types and `allowed_types` only (the classes its state holds), unless
+    `serde` is another serializer."""
     if not isinstance(graph, Pregel):
         raise DefinitionError(f"tether.langgraph.agent() takes a compiled LangGraph graph "
                               f"(builder.compile()), got {type(graph).__name__}")
     shape = output or _values
+    loads = strict_serde(serde, allowed_types)  # a bad allowed_types fails here, not in a run
     wrapped = Agent(name, retry=retry)
     copies: weakref.WeakKeyDictionary[TetherSaver, Graph] = weakref.WeakKeyDictionary()
 
     def bound(saver: TetherSaver) -> Graph:
+        # The worker's saver for the database, with this agent's serializer: agents share
+        # its connections whatever types each allows.
         g = copies.get(saver)
         if g is None:
-            g = copies[saver] = graph.copy(update={"checkpointer": saver})
+            g = copies[saver] = graph.copy(update={"checkpointer": saver.with_serde(loads)})
         return g
 
     @wrapped.node(start=True, name=NODE)

@@ -22,16 +22,31 @@ channel (a value unchanged since the last checkpoint is not written again; a lis
 grew is written as the items it gained, see _blobs.py); pending writes deduplicated by
 (task_id, idx) so a task's writes are stored once, special writes (ERROR, INTERRUPT, ...)
 replacing the task's earlier ones (SQLite: a row per write; Postgres, migration 0009: a row
-per task, its writes packed). Checkpoint and blob values go through `self.serde`
-(LangGraph's JsonPlusSerializer unless given another); metadata is JSON, filterable on any key.
+per task, its writes packed). Checkpoint and blob values go through `self.serde`; metadata is
+JSON, filterable on any key.
+
+Loading is strict (_strict.py): a row is data anyone with write access to the database can
+change, and LangGraph's default serializer imports and calls whatever a row names. The saver
+rebuilds only LangGraph's own types and the application's `allowed_types`; a row naming
+anything else is an error naming the type, and nothing is imported. `serde=` replaces that
+serializer with the application's own, which then decides alone what it loads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 import threading
-from collections.abc import AsyncIterator, Awaitable, Coroutine, Generator, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Collection,
+    Coroutine,
+    Generator,
+    Iterator,
+    Sequence,
+)
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -53,6 +68,7 @@ from ..errors import ConfigError, InvalidState, SerializationError, StoreError
 from ..extras import requires_extra
 from ._blobs import BlobCache, BlobRows, assemble, garbage, pack, unpack
 from ._rows import INLINE, CheckpointRow, Rows, drive
+from ._strict import strict_serde
 
 __all__ = ["TetherSaver"]
 
@@ -139,11 +155,18 @@ class TetherSaver(BaseCheckpointSaver[float]):
     for the disk unless `sync_writes=True`: the database has them when put_writes returns, so
     a crash of the process running the graph loses none; the next checkpoint's flush makes
     them durable; only a crash of the database's host in between (Postgres flushes within
-    ~0.2 s anyway) can lose them, and LangGraph then runs those tasks again."""
+    ~0.2 s anyway) can lose them, and LangGraph then runs those tasks again.
+
+    Values are read back by tether's StrictSerializer: LangGraph's own types (messages, Send,
+    Interrupt, Command, datetimes...) and the classes in `allowed_types` (the pydantic models,
+    dataclasses, enums and named tuples the graph's state holds); a row naming any other type
+    raises SerializationError naming it, and the type is not imported. `serde=` replaces it
+    (e.g. an EncryptedSerializer wrapping a StrictSerializer)."""
 
     def __init__(self, url: str, *, serde: SerializerProtocol | None = None,
-                 pool_size: int = 4, sync_writes: bool = False) -> None:
-        super().__init__(serde=serde)
+                 allowed_types: Collection[type] = (), pool_size: int = 4,
+                 sync_writes: bool = False) -> None:
+        super().__init__(serde=strict_serde(serde, allowed_types))
         self.url = url
         self.sync_writes = sync_writes
         self._rows = _rows_for(url, pool_size)
@@ -156,10 +179,21 @@ class TetherSaver(BaseCheckpointSaver[float]):
 
     @classmethod
     def from_conn_string(cls, url: str, *, serde: SerializerProtocol | None = None,
-                         pool_size: int = 4, sync_writes: bool = False) -> _Opening:
+                         allowed_types: Collection[type] = (), pool_size: int = 4,
+                         sync_writes: bool = False) -> _Opening:
         """`async with` (the saver works on the running loop) or `with` (on a private loop
         thread, for sync graphs): open on entry, closed on exit."""
-        return _Opening(cls(url, serde=serde, pool_size=pool_size, sync_writes=sync_writes))
+        return _Opening(cls(url, serde=serde, allowed_types=allowed_types,
+                            pool_size=pool_size, sync_writes=sync_writes))
+
+    def with_serde(self, serde: SerializerProtocol) -> TetherSaver:
+        """This saver with another serializer, on the same connections (LangGraph's
+        with_allowlist makes such copies too): open and close this one, not the copy."""
+        if serde is self.serde:
+            return self
+        clone = copy.copy(self)
+        clone.serde = serde
+        return clone
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -349,6 +383,13 @@ class TetherSaver(BaseCheckpointSaver[float]):
         return await self._tuples(rows) if rows else []
 
     async def _tuples(self, rows: Sequence[CheckpointRow]) -> _Tuples:
+        try:
+            return await self._load_tuples(rows)
+        except SerializationError as exc:
+            threads = ", ".join(sorted({repr(row[0]) for row in rows}))
+            raise SerializationError(f"{exc} (LangGraph thread {threads})") from None
+
+    async def _load_tuples(self, rows: Sequence[CheckpointRow]) -> _Tuples:
         loads = self.serde.loads_typed
 
         def load(type_: str, data: bytes | None) -> Any:
