@@ -228,7 +228,7 @@ def dashboard_router(
     async def step_page(request: Request, v: Visit) -> Response:
         tid = check_id(request.path_params["thread_id"], "thread_id")
         raw = request.path_params["step"]
-        if not (raw.isdigit() and len(raw) < 12):
+        if not (raw.isdigit() and raw.isascii() and len(raw) < 12):
             raise Refused(400, f"A step is a whole number, got {raw!r}.")
         try:
             run = await runtime.peek(tid)
@@ -256,7 +256,7 @@ def dashboard_router(
     async def run_page(request: Request, v: Visit) -> Response:
         tid = check_id(request.path_params["thread_id"], "thread_id")
         raw = request.query_params.get("steps", "")
-        if raw and not (raw.isdigit() and len(raw) < 12):
+        if raw and not (raw.isdigit() and raw.isascii() and len(raw) < 12):
             raise Refused(400, f"steps must be a step number, got {raw!r}.")
         data = await run_data(tid, int(raw) if raw else None)
         return page(request, v, "run.html", nav="runs", live="run:" + tid, **data)
@@ -298,6 +298,11 @@ def dashboard_router(
             p = probe(topic) if len(topic) <= 2048 else None
         except Refused:
             p = None
+        if p is not None:
+            try:  # a run that does not exist is a 404 now, not a warning at every poll
+                await p()
+            except Refused:
+                p = None
         if p is None:
             return finish(request, Response("unknown topic", 404, media_type="text/plain"),
                           None)
@@ -347,7 +352,12 @@ def dashboard_router(
     @router.post("/ui/login")
     async def login(request: Request) -> Response:
         raw = (await request.body()).decode("utf-8", "replace")
-        fields = {k: v[-1] for k, v in parse_qs(raw, max_num_fields=5).items()}
+        try:
+            fields = {k: v[-1] for k, v in parse_qs(raw, max_num_fields=5).items()}
+        except ValueError:  # more fields than a sign-in form has
+            return page(request, None, "login.html", 400, nav="", next="/ui",
+                        error="The sign-in form has two fields (token, next); this one had "
+                              "more.")
         nxt = safe_next(fields.get("next"))
         if not auth.required:
             return finish(request, RedirectResponse(nxt, 303), None)
@@ -433,8 +443,9 @@ def dashboard_router(
     async def do_fork(request: Request, fields: dict[str, str]) -> Response:
         tid = check_id(request.path_params["thread_id"], "thread_id")
         raw = fields.get("step", "").strip()
-        if not raw.isdigit():
-            raise Refused(400, f"Step must be a whole number, got {raw!r}; nothing was forked.")
+        if not (raw.isdigit() and raw.isascii() and len(raw) < 16):
+            raise Refused(400, f"Step must be a whole number below 10^15, got "
+                               f"{raw[:40]!r}; nothing was forked.")
         try:
             new = await runtime.fork(tid, int(raw), actor=actor)
         except RunNotFound:

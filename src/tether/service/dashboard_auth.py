@@ -48,8 +48,8 @@ class UiAuth:
 
     def session(self, cookie: str | None) -> str | None:
         """The session's nonce if the cookie is one this key issued and has not expired."""
-        if not cookie or len(cookie) > 200:
-            return None
+        if not cookie or len(cookie) > 200 or not cookie.isascii():
+            return None  # compare_digest refuses non-ASCII str: a crafted byte is no session
         issued, _, rest = cookie.partition(".")
         nonce, _, mac = rest.partition(".")
         if not (issued.isdigit() and nonce and mac):
@@ -64,5 +64,5 @@ class UiAuth:
         return self._mac("csrf:" + nonce)
 
     def check_csrf(self, nonce: str | None, given: str | None) -> bool:
-        return bool(nonce and given) and hmac.compare_digest(
+        return bool(nonce and given) and str(given).isascii() and hmac.compare_digest(
             str(given), self.csrf(str(nonce)))

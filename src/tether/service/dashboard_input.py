@@ -124,7 +124,7 @@ class RunFilter:
             for key, what in (("agent", "Agent"), ("version", "Version"),
                               ("prefix", "thread_id prefix")))
         raw = q.get("limit") or "50"
-        if not raw.isdigit() or int(raw) not in PAGE_SIZES:
+        if raw not in map(str, PAGE_SIZES):
             raise Refused(400, f"Page size must be one of {', '.join(map(str, PAGE_SIZES))}.")
         order = q.get("order") or "newest"
         if order not in ORDERS:

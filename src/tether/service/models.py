@@ -36,6 +36,11 @@ Step = Annotated[int, Field(ge=0, le=10**15), BeforeValidator(_json_int)]
 """Below 2**53, so that JSON tools that read numbers as doubles see the exact bound."""
 
 
+MAX_WEIGHT = 999_999_999
+"""The store keeps a weight in a 64-bit integer; a bound well inside it keeps 10**30 a 422."""
+Weight = Annotated[int, Field(ge=0, le=MAX_WEIGHT)]
+
+
 class _In(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -243,7 +248,7 @@ class SetWeights(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    weights: dict[Id, int] = Field(description="version -> weight, integers >= 0 summing to "
+    weights: dict[Id, Weight] = Field(description="version -> weight, integers >= 0 summing to "
                                    "more than 0", examples=[{"v1": 90, "v2": 10}])
 
 
