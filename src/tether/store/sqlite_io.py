@@ -29,7 +29,7 @@ import orjson
 from ..errors import ConfigError, LeaseLost, StoreError, StoreUnavailable
 from .audit import Audit
 from .base import CommitObserver
-from .sqlite_schema import parse_sqlite_url
+from .sqlite_schema import create_private, parse_sqlite_url
 
 T = TypeVar("T")
 
@@ -551,9 +551,8 @@ class SQLiteConnections:
                 )
         # A database's auto-vacuum mode is fixed when its first page is written (here: by
         # journal_mode=WAL on a new file); only a VACUUM changes it later (docs/retention.md).
-        new = not self.memory and (not os.path.exists(self.path)
-                                   or os.path.getsize(self.path) == 0)
         try:
+            new = not self.memory and create_private(self.path)
             conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout,
                                    check_same_thread=False)
             if new:
@@ -562,7 +561,7 @@ class SQLiteConnections:
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"cannot open {self.url}: {exc}") from exc
         return conn
 

@@ -26,6 +26,20 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
     return path, opts
 
 
+def create_private(path: str) -> bool:
+    """Whether the database file at `path` is new (absent or empty); an absent one is created
+    here, empty, with mode 0600. SQLite creates the -wal and -shm files with the database
+    file's mode (unix VFS), so they are 0600 too: a state, journal or input may hold what
+    only the application's user should read. The mode is given to open() rather than set by
+    umask, which is process-wide and would race other threads creating files."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return os.path.getsize(path) == 0
+    os.close(fd)
+    return True
+
+
 def missing_file(path: str) -> str | None:
     """The absolute path of a database file that does not exist (one stat), else None."""
     return None if os.path.exists(path) else os.path.abspath(path)
