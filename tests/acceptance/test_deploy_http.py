@@ -49,7 +49,7 @@ def test_deployments_over_http(procs: Procs, db_url: str) -> None:
         assert r.status_code == 200, r.text
         assert {d["version"]: d["weight"] for d in r.json()["deployments"]} == {"v1": 50, "v2": 50}
         before = http.get("/deployments").json()
-        for body, reason in (({"weights": {"v1": -1}}, ">= 0"),
+        for body, reason in (({"weights": {"v1": -1}}, "greater than or equal to 0"),
                              ({"weights": {"v9": 5}}, "unknown version 'v9'"),
                              ({"weights": {"v1": 0, "v2": 0}}, "sum to 0"),
                              ({"weights": {"v1": "5"}}, "weights.v1"),

@@ -45,7 +45,7 @@ from ..runtime import Runtime
 from ..types import RunStatus
 from .dashboard import dashboard_router
 from .events import encode, run_events
-from .guard import Guard, error_response
+from .guard import CLIENT_HEADER, Guard, error_response
 from .models import (
     MAX_ID,
     NO_NUL,
@@ -102,6 +102,14 @@ class ApiError(Exception):
         self.status = status
         self.type = type
         self.message = message
+
+
+_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_CLIENT_PARAMETER = {
+    "name": CLIENT_HEADER, "in": "header", "required": True,
+    "schema": {"type": "string", "minLength": 1, "examples": ["my-client"]},
+    "description": "any name of the client: a write without a JSON body says who sends it, so "
+                   "that no web page's plain form can (a bearer token does too)"}
 
 
 def _errors(*codes: int, explicit: bool = False) -> dict[int | str, dict[str, Any]]:
@@ -232,7 +240,7 @@ def create_app(
         redoc_url="/redoc" if api_docs else None,
     )
     app.add_middleware(Guard, token=token or None, max_body=max_body_bytes, read_only=read_only,
-                       allowed_hosts=tuple(allowed_hosts))
+                       allowed_hosts=tuple(allowed_hosts), routes=app.router.routes)
     app.state.draining = False
     # The dashboard's actions name the token's too; without a token, "dashboard".
     app.include_router(dashboard_router(runtime, token=token or None, read_only=read_only,
@@ -505,6 +513,17 @@ def create_app(
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             components["RunEvent"] = RunEvent.model_json_schema(
                 ref_template="#/components/schemas/{model}")
+            # The guard's answers to any write (tether.service.guard): another site's page
+            # or --read-only (403), a body neither JSON nor sent by a named client (415).
+            guarded = _errors(403, 415, explicit=True)
+            for operations in schema["paths"].values():
+                for method, operation in operations.items():
+                    if method.upper() not in _WRITES:
+                        continue
+                    for code, entry in guarded.items():
+                        operation["responses"].setdefault(str(code), entry)
+                    if "requestBody" not in operation:
+                        operation.setdefault("parameters", []).append(_CLIENT_PARAMETER)
             start = components.get("StartRun")
             if start is not None and runtime.agents:
                 start["properties"]["agent"]["enum"] = sorted(runtime.agents)

@@ -26,18 +26,21 @@ from __future__ import annotations
 import hmac
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 """Host names every server answers to, whatever `allowed_hosts` adds."""
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_API_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+"""The methods the API's routes take a write by; any other (TRACE, ...) is the router's 405."""
 CLIENT_HEADER = "X-Tether-Client"
 """A header an API client may send instead of `Content-Type: application/json` on a write
 without a body; its value is not checked (a browser cannot add it without CORS, which tether
@@ -142,14 +145,23 @@ class Guard:
 
     def __init__(self, app: ASGIApp, token: str | None, max_body: int,
                  read_only: bool = False, allowed_hosts: Iterable[str] = (),
-                 throttle: Throttle | None = None) -> None:
+                 throttle: Throttle | None = None,
+                 routes: Sequence[BaseRoute] | None = None) -> None:
         self.app = app
+        self.routes = routes
         self.token = token.encode() if token else None
         self.max_body = max_body
         self.read_only = read_only
         self.hosts = allowed_host_names(allowed_hosts)
         self.any_host = "*" in self.hosts
         self.throttle = throttle or Throttle()
+
+    def _declared(self, scope: Scope) -> bool:
+        """Whether a route takes this method at this path (no routes given: assume so): a
+        method the API does not declare is the router's 405, whatever its headers."""
+        if self.routes is None:
+            return True
+        return any(route.matches(scope)[0] is Match.FULL for route in self.routes)
 
     def _host_ok(self, host: str, scope: Scope) -> bool:
         if self.any_host:
@@ -182,7 +194,7 @@ class Guard:
             elif key == b"content-length":
                 length = value
             elif key == b"x-tether-client":
-                custom = True
+                custom = bool(value.strip())
         path: str = scope["path"]
         method: str = scope["method"]
         ui = path == "/ui" or path.startswith("/ui/")
@@ -233,13 +245,14 @@ class Guard:
                     await self._too_many(scope, receive, send, ui, wait)
                     return
                 send = self._watch_sign_in(send, client)
-        elif writes:
+        elif writes and self._declared(scope):
             if self.read_only:
                 await error_response(403, "ReadOnly", "this server is read-only (--read-only)")(
                     scope, receive, send)
                 return
-            if not (custom or auth is not None or (ctype is not None and ctype.partition(
-                    b";")[0].strip().lower() == b"application/json")):
+            if method in _API_WRITES and not (custom or auth is not None or (
+                    ctype is not None and ctype.partition(
+                        b";")[0].strip().lower() == b"application/json")):
                 await error_response(
                     415, "UnsupportedMediaType",
                     "send the body as Content-Type: application/json (a request without a "
