@@ -19,7 +19,7 @@ def run_error(data: bytes | None) -> RunError | None:
         return None
     d = serde.loads(data)
     return RunError(d.get("category", "exception"), d.get("type", ""), d.get("message", ""),
-                    d.get("traceback", ""))
+                    d.get("traceback", ""), d.get("node"))
 
 
 def statuses_of(until: str | Iterable[str]) -> frozenset[str]:

@@ -40,6 +40,8 @@ class RunError:
     type: str
     message: str
     traceback: str
+    node: str | None = None
+    """The node whose step raised (None for errors recorded before round 3)."""
 
     def __str__(self) -> str:
         return f"[{self.category}] {self.type}: {self.message}"
@@ -76,6 +78,13 @@ class Run:
     it found the run already there: the same idempotency key or thread_id and input)."""
 
     @property
+    def failed_node(self) -> str | None:
+        """The node whose step failed: None unless the run failed."""
+        if self.status is not RunStatus.FAILED or self.error is None:
+            return None
+        return self.error.node
+
+    @property
     def actor_state(self) -> str | None:
         """The actor state of a run that has mail or parks for it: "idle" (parked, no worker
         held) or "processing" (mail delivered, being claimed or processed). "response" is the
@@ -91,9 +100,11 @@ class Run:
         del out["created"]  # a fact about one start() call, not about the run
         out["status"] = self.status.value
         out["actor_state"] = self.actor_state
+        out["failed_node"] = self.failed_node
         out["error"] = None if self.error is None else {
             "category": self.error.category, "type": self.error.type,
             "message": self.error.message, "traceback": self.error.traceback,
+            "node": self.error.node,
         }
         return out
 

@@ -55,8 +55,11 @@ def agents_json(registry: Registry) -> str:
     return serde.dumps(out).decode()
 
 
-def error_json(category: FailureCategory, exc: BaseException, attempts: int = 1) -> bytes:
+def error_json(category: FailureCategory, exc: BaseException, attempts: int = 1,
+               node: str | None = None) -> bytes:
+    """A run's error as stored in its record; `node` names the node whose step failed."""
     return serde.dumps({
+        "node": node,
         "category": category.value,
         "attempts": attempts,
         "type": type(exc).__qualname__,
@@ -517,7 +520,7 @@ class Worker:
             # A provider's request error (4xx) is never retried, its rate limits, timeouts
             # and 5xx never sooner than their Retry-After (calls.retry_delay).
             delay = retry_delay(policy, failures, exc)
-        error = error_json(category, exc, failures)
+        error = error_json(category, exc, failures, node_name)
         if obs is not None:
             obs.failed(step, node_name, attempt, started, category, exc, delay is None)
         if delay is None:

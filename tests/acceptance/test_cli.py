@@ -365,8 +365,8 @@ def test_bad_input_json(db_url: str, app_dir: Path, raw: str) -> None:
 
 
 def timed_out(proc: subprocess.CompletedProcess[str]) -> str:
-    """A wait that ran out of time: exit 3, one line that says what to look at, no traceback."""
-    assert proc.returncode == 3, f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
+    """A wait that ran out of time: exit 4, one line that says what to look at, no traceback."""
+    assert proc.returncode == 4, f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.stderr
 
@@ -397,9 +397,14 @@ def test_wait_retry_send_and_release(
                                                  "--message", "{", cwd=app_dir, env=env))
 
     start_worker(background, app_dir, env, *app, "--lease-ttl", "2")
-    failed = ok_json(tether("runs", "wait", "flaky-run-with-a-long-id-0001", "--json",
-                            cwd=app_dir, env=env))
+    waited = tether("runs", "wait", "flaky-run-with-a-long-id-0001", "--json", cwd=app_dir, env=env)
+    assert waited.returncode == 1, (waited.stdout, waited.stderr)  # 1: the run failed
+    failed = json.loads(waited.stdout)
     assert failed["status"] == "failed" and "not fixed yet" in failed["error"]["message"]
+    assert failed["failed_node"] is not None
+    assert "(failed)" in ok(tether("runs", "list", cwd=app_dir, env=env))
+    assert "failed_node=" in ok(tether("runs", "show", "flaky-run-with-a-long-id-0001",
+                                       cwd=app_dir, env=env))
     assert "can never read mail" in user_error(tether(
         "runs", "send", "flaky-run-with-a-long-id-0001", "--message", "1", cwd=app_dir, env=env))
 
@@ -452,3 +457,21 @@ def test_settings_come_from_one_place(
     assert " 3 " in lines["concurrency"] and "(TETHER_CONCURRENCY)" in lines["concurrency"]
     assert "(default)" in lines["lease_ttl"]
     assert "(TETHER_SHUTDOWN_GRACE)" in lines["shutdown_grace"]
+
+
+def test_version(app_dir: Path) -> None:
+    import tether as package
+
+    assert ok(tether("--version", cwd=app_dir, env=cli_env(None))) == f"tether {package.__version__}\n"
+
+
+def test_runs_wait_exit_status_says_how_the_run_ended(db_url: str, app_dir: Path) -> None:
+    """0 completed, 1 failed (see the flaky run above), 3 cancelled, 4 timed out."""
+    env = cli_env(db_url)
+    app = ("--app", "app:runtime")
+    ok(tether("runs", "start", "slow", *app, "--thread-id", "slow-1", cwd=app_dir, env=env))
+    timed_out(tether("runs", "wait", "slow-1", "--timeout", "0.2", cwd=app_dir, env=env))
+    ok(tether("runs", "cancel", "slow-1", *app, cwd=app_dir, env=env))
+    cancelled = tether("runs", "wait", "slow-1", "--timeout", "5", cwd=app_dir, env=env)
+    assert cancelled.returncode == 3, (cancelled.stdout, cancelled.stderr)
+    assert cancelled.stdout == "slow-1 cancelled\n"

@@ -953,3 +953,28 @@ async def test_cancel_from_elsewhere_stops_the_node_within_a_heartbeat(db_url: s
         await elsewhere.close()
     assert final.status == "cancelled"
     assert cps == []
+
+
+async def test_a_failed_run_names_the_node_that_failed(db_url: str) -> None:
+    """Run.failed_node (kept in the run's record) names the node whose step raised; the run's
+    `node` is None once it failed. None while the run has not failed."""
+    agent = Agent("breaks")
+
+    @agent.node(start=True)
+    async def first(state: State, ctx: Context) -> Command:
+        return goto("second", {})
+
+    @agent.node(retry=RetryPolicy(attempts=1))
+    async def second(state: State, ctx: Context) -> Command:
+        raise ValueError("the second node broke")
+
+    rt = make_runtime(db_url, agent)
+    run = await rt.start("breaks", {}, thread_id="breaks-1")
+    assert run.failed_node is None
+    async with working(rt):
+        done = await rt.wait(run.thread_id, timeout=WAIT)
+    assert done.status == "failed" and done.failed_node == "second"
+    assert done.to_dict()["failed_node"] == "second"
+    assert (await rt.peek("breaks-1")).failed_node == "second"
+    (listed,) = await rt.list_runs(status="failed")
+    assert listed.failed_node == "second"

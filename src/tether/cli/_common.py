@@ -22,13 +22,16 @@ from ..runtime import Runtime
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
-# Usage errors (a bad option) exit with click's 2, as tether's own errors do.
+# Usage errors (a bad option) exit with click's 2, as tether's own errors do. A wait's outcome
+# is its exit status: 0 completed (or reached --until), 1 failed, 3 cancelled, 4 timed out.
 USER_ERROR = 2
-TIMED_OUT = 3
+RUN_FAILED = 1
+RUN_CANCELLED = 3
+TIMED_OUT = 4
 
 
 class WaitTimeout(TetherError):
-    """A CLI wait that ran out of time: exit status 3, so a script tells it from an error."""
+    """A CLI wait that ran out of time: exit status 4, so a script tells it from an error."""
 
     exit_status = TIMED_OUT
 
@@ -104,10 +107,11 @@ def run(main: Coroutine[Any, Any, int], verbose: bool = False) -> int:
 def on_runtime(db: str | None, app: str | None, verbose: bool,
                act: Callable[[Runtime], Awaitable[T]], *, as_json: bool,
                show: Callable[[T], object], to_json: Callable[[T], Any] | None = None,
-               need_app: bool = False) -> int:
+               need_app: bool = False, status: Callable[[T], int] | None = None) -> int:
     """What most commands are: `act` on the command's Runtime (closed after, whatever
     happens), then its result shown: `to_json(result)` (default: its to_dict()) as JSON with
-    --json, else `show(result)`; exit status 0, or 2 with the message of a tether error."""
+    --json, else `show(result)`; exit status `status(result)` (default 0), or 2 with the
+    message of a tether error."""
 
     async def main() -> int:
         rt = runtime_for(db, app, need_app=need_app)
@@ -119,7 +123,7 @@ def on_runtime(db: str | None, app: str | None, verbose: bool,
             dump(to_json(result) if to_json is not None else result.to_dict())  # type: ignore[attr-defined]
         else:
             show(result)
-        return 0
+        return status(result) if status is not None else 0
 
     return run(main(), verbose)
 

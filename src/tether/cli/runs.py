@@ -15,6 +15,8 @@ from ._common import (
     NON_NEGATIVE_INT,
     POSITIVE_FLOAT,
     POSITIVE_INT,
+    RUN_CANCELLED,
+    RUN_FAILED,
     WaitTimeout,
     cli_actor,
     connection_options,
@@ -56,7 +58,7 @@ def start(agent: str, input_: str | None, thread_id: str | None, idempotency_key
         return await _wait(rt, r, wait, None) if wait else r
 
     return on_runtime(db, app, verbose, act, as_json=as_json, show=_print_status,
-                      need_app=True)
+                      need_app=True, status=_outcome if wait else None)
 
 
 async def _wait(rt: Runtime, r: Run, timeout: float, until: tuple[str, ...] | None) -> Run:
@@ -75,12 +77,14 @@ async def _wait(rt: Runtime, r: Run, timeout: float, until: tuple[str, ...] | No
 STATUSES = tuple(s.value for s in RunStatus)
 
 
-@runs.command("wait", help="wait until a run is finished, or in one of the --until statuses")
+@runs.command("wait", help="wait until a run is finished, or in one of the --until statuses; "
+                           "exit 0 completed (or in a --until status), 1 failed, 3 cancelled, "
+                           "4 timed out")
 @click.argument("thread_id")
 @click.option("--until", multiple=True, type=click.Choice(STATUSES),
               help="return once the run is in this status (repeatable; default: finished)")
 @click.option("--timeout", type=POSITIVE_FLOAT, default=60.0, show_default=True,
-              help="give up after this many seconds (exit status 3)")
+              help="give up after this many seconds (exit status 4)")
 @connection_options
 @json_option
 def wait(thread_id: str, until: tuple[str, ...], timeout: float, db: str | None,
@@ -88,7 +92,15 @@ def wait(thread_id: str, until: tuple[str, ...], timeout: float, db: str | None,
     async def act(rt: Runtime) -> Run:
         return await _wait(rt, await rt.peek(thread_id), timeout, until)
 
-    return on_runtime(db, app, verbose, act, as_json=as_json, show=_print_status)
+    return on_runtime(db, app, verbose, act, as_json=as_json, show=_print_status,
+                      status=_outcome)
+
+
+def _outcome(r: Run) -> int:
+    """A waited-for run's exit status, so a script can branch on how it ended."""
+    if r.status is RunStatus.FAILED:
+        return RUN_FAILED
+    return RUN_CANCELLED if r.status is RunStatus.CANCELLED else 0
 
 
 @runs.command("list", help="list runs, newest first")
@@ -102,7 +114,7 @@ def list_(status: str | None, agent: str | None, limit: int, db: str | None, app
           verbose: bool, as_json: bool) -> int:
     def show(found: Any) -> None:
         rows = [(r.thread_id, r.agent, r.status.value, r.actor_state or "",
-                 str(r.inbox_depth or ""), str(r.step), r.node or "", r.version, str(r.attempt),
+                 str(r.inbox_depth or ""), str(r.step), _node(r), r.version, str(r.attempt),
                  str(r.error or "")) for r in found]
         print_table(RUN_COLUMNS, rows, optional=("actor", "inbox", "node", "error"))
 
@@ -128,6 +140,11 @@ def show(thread_id: str, db: str | None, app: str | None, verbose: bool, as_json
                       show=_print_run)
 
 
+def _node(r: Run) -> str:
+    """The node a run is at, or the one it failed at."""
+    return f"{r.failed_node} (failed)" if r.failed_node else r.node or ""
+
+
 def _print_status(r: Run) -> None:
     print(f"{r.thread_id} {r.status.value}")
 
@@ -135,7 +152,9 @@ def _print_status(r: Run) -> None:
 def _print_run(r: Run) -> None:
     con = console()
     con.print(f"[bold]{r.thread_id}[/bold]  agent={r.agent} status={r.status.value} "
-              f"step={r.step} node={r.node} version={r.version} attempt={r.attempt}"
+              f"step={r.step} "
+              + (f"failed_node={r.failed_node}" if r.failed_node else f"node={r.node}")
+              + f" version={r.version} attempt={r.attempt}"
               + (f" worker={r.lease_owner}" if r.lease_owner else ""), highlight=False,
               soft_wrap=True)
     if r.error:
