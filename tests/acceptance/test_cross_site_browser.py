@@ -26,7 +26,7 @@ from test_dashboard import start, wait_status
 
 browser, context, procs, server = dash.browser, dash.context, dash.procs, dash.server
 
-ATTACK = """<!doctype html><html><body><iframe name="sink"></iframe><script>
+ATTACK = """<!doctype html><html><body><script>
 const base = %(base)s, tid = %(tid)s;
 const actions = [
   ["/runs/" + tid + "/cancel", {}], ["/runs/" + tid + "/resume", {value: "yes"}],
@@ -43,13 +43,16 @@ for (const [path, fields] of actions) {
                       headers: {"Content-Type": "text/plain"}})
     .finally(() => { window.sent += 1; });
 }
-// A plain HTML form per action, posted into the iframe one after another.
+// A plain HTML form per action, each posted into its own frame (a second post into one frame
+// would cancel the first's navigation before its answer is seen).
 let i = 0;
 function next() {
   if (i === actions.length) { window.formsDone = true; return; }
   const [path, fields] = actions[i++];
+  const sink = document.createElement("iframe");
+  sink.name = "sink" + i; document.body.appendChild(sink);
   const form = document.createElement("form");
-  form.method = "POST"; form.action = base + path; form.target = "sink";
+  form.method = "POST"; form.action = base + path; form.target = sink.name;
   for (const [k, v] of Object.entries(fields)) {
     const input = document.createElement("input");
     input.name = k; input.value = String(v); form.appendChild(input);
