@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 from . import calls, llm, serde
 from .errors import DefinitionError, DuplicateEffectKey, NondeterminismError, RunNotFound
 from .history import load_state
+from .ids import check_thread_id
 from .retry import RetryPolicy
 from .store.base import (
     INTERRUPT_CALL,
@@ -369,6 +370,8 @@ class Context:
         target = self._agents.get(name)
         if target is None:
             raise DefinitionError(f"ctx.spawn(): unknown agent {name!r}")
+        if thread_id is not None:
+            check_thread_id(thread_id, "ctx.spawn()'s thread_id")
         child_id = thread_id or f"{self.thread_id}.{self.step}.{len(self.children)}"
         data = serde.dumps(dict(input or {}), "input")
         self.children.append(NewRun(

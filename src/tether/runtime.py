@@ -24,6 +24,7 @@ from .deploy import Deployment, Upgrade, WorkerInfo
 from .errors import DefinitionError, InvalidState, RunNotFound, SchemaError
 from .history import load_state, next_node, not_resumed, record_of, retry_node, states_after, with_state
 from .hub import EventHub
+from .ids import check_thread_id
 from .llm import add_usage
 from .outbox import EffectHandler
 from .records import checkpoint_of, effect_of, interrupt_of, run_error, sent_by, to_run
@@ -515,6 +516,8 @@ class Runtime:
                    actor: str | None = None) -> Run:
         """A new run starting from the state after `step` of `thread_id` (time travel); it
         continues with the node that step chose. The new run records where it came from."""
+        if new_thread_id is not None:
+            check_thread_id(new_thread_id, "new_thread_id")
         rec = await self._record(thread_id)
         if not isinstance(step, int) or step < 0 or step > rec.step:
             raise InvalidState(f"run {thread_id!r} has steps 0..{rec.step}; cannot fork at {step!r}")

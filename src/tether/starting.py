@@ -15,6 +15,7 @@ from .agent import Agent
 from .deploy import Routes
 from .errors import DefinitionError, InvalidState, SerializationError
 from .hub import EventHub
+from .ids import check_thread_id
 from .store.base import Audit, Lease, NewRun, RunRecord, Store
 from .worker import Worker, co_resident
 
@@ -27,10 +28,8 @@ def check_args(input: Mapping[str, Any] | None, thread_id: str | None,
     if not isinstance(input, Mapping):
         raise SerializationError(f"run input must be a dict, got {type(input).__name__!r}")
     data = serde.dumps(dict(input), "input")
-    if thread_id is not None and (not isinstance(thread_id, str) or not thread_id
-                                  or len(thread_id) > 200 or "\x00" in thread_id):
-        raise DefinitionError("thread_id must be a non-empty string of at most 200 "
-                              "characters, without NUL")
+    if thread_id is not None:
+        check_thread_id(thread_id)
     if idempotency_key is not None and (not isinstance(idempotency_key, str)
                                         or "\x00" in idempotency_key):
         raise DefinitionError("idempotency_key must be a string without NUL")

@@ -395,6 +395,9 @@ def test_bad_requests_get_json_4xx(procs: Procs) -> None:
         assert_error(c.post("/runs", json={"agent": "echo", "input": [1]}), 422)
         assert_error(c.post("/runs", json={"agent": "echo", "thread_id": "x" * 201}), 422)
         assert_error(c.post("/runs", json={"agent": "echo", "thread_id": "a\x00b"}), 422)
+        slash = assert_error(c.post("/runs", json={"agent": "echo", "thread_id": "a/b"}), 422,
+                             "ValidationError")
+        assert "'/'" in json.dumps(slash)
         assert_error(c.get("/runs/" + "x" * 201), 422, "ValidationError")
         assert_error(c.post("/runs", json={"agent": "echo", "input": {"n": 2**70}}), 422,
                      "SerializationError")

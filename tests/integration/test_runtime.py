@@ -720,14 +720,27 @@ async def test_unknown_agent_at_start(db_url: str) -> None:
 async def test_bad_thread_id_or_key_at_start_writes_nothing(db_url: str) -> None:
     rt = make_runtime(db_url, pipeline_agent())
     try:
-        for bad in ("", "x" * 201, "a\x00b", 7):
+        for bad in ("", "x" * 201, "a\x00b", 7, "a/b", "/lead", "tab\there"):
             with pytest.raises(DefinitionError) as info:
                 await rt.start("pipeline", {}, thread_id=bad)  # type: ignore[arg-type]
-            assert "thread_id" in str(info.value)
+            assert "thread_id" in str(info.value) and "'/'" in str(info.value)
         with pytest.raises(DefinitionError) as info:
             await rt.start("pipeline", {}, idempotency_key="k\x00")
         assert "idempotency_key" in str(info.value) and "NUL" in str(info.value)
         assert await rt.list_runs() == []
+    finally:
+        await rt.close()
+
+
+async def test_any_other_printable_thread_id_is_taken(db_url: str) -> None:
+    rt = make_runtime(db_url, pipeline_agent())
+    try:
+        ids = ["user:42", "a.b-c_d", "mail@example.com", "with space", "q?x#y%z", "ünï"]
+        for tid in ids:
+            assert (await rt.start("pipeline", {}, thread_id=tid)).thread_id == tid
+        assert sorted(r.thread_id for r in await rt.list_runs()) == sorted(ids)
+        with pytest.raises(DefinitionError, match="new_thread_id"):
+            await rt.fork("user:42", 0, new_thread_id="x/y")
     finally:
         await rt.close()
 

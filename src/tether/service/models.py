@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
+from ..ids import THREAD_ID_PATTERN, THREAD_ID_RULE
 from ..types import Checkpoint, Interrupt, Run, RunStatus
 
 MAX_ID = 200
@@ -16,6 +18,18 @@ NO_NUL = r"^[^\x00]+$"
 """Postgres TEXT cannot hold NUL; rejecting it here keeps a bad id a 422, not a 500."""
 
 Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID, pattern=NO_NUL)]
+
+
+def _thread_id(value: str) -> str:
+    if re.search(THREAD_ID_PATTERN, value) is None:
+        raise ValueError(f"a thread_id is {THREAD_ID_RULE}")
+    return value
+
+
+ThreadId = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID),
+                     AfterValidator(_thread_id),
+                     Field(json_schema_extra={"pattern": THREAD_ID_PATTERN})]
+"""A new run's thread_id: no '/' (it would be unreachable under /runs/{thread_id}/...)."""
 InterruptId = Annotated[
     str, StringConstraints(min_length=1, max_length=MAX_INTERRUPT_ID, pattern=NO_NUL)
 ]
@@ -48,7 +62,7 @@ class _In(BaseModel):
 class StartRun(_In):
     agent: Id = Field(description="name of one of the app's agents")
     input: dict[str, Any] = Field(default_factory=dict, description="the run's initial state")
-    thread_id: Id | None = Field(
+    thread_id: ThreadId | None = Field(
         default=None,
         description="the run's id (default: a new uuid); the same thread_id with the same "
         "input returns the existing run",
@@ -69,7 +83,8 @@ class ResumeRun(_In):
 
 class ForkRun(_In):
     step: Step = Field(description="the step whose state the new run starts from")
-    thread_id: Id | None = Field(default=None, description="the new run's id (default: new uuid)")
+    thread_id: ThreadId | None = Field(default=None,
+                                       description="the new run's id (default: new uuid)")
 
 
 class SendMessage(_In):
