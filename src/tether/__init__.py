@@ -6,6 +6,7 @@ fencing epochs, journaled calls, on embedded SQLite or on Postgres with many wor
 
 from __future__ import annotations
 
+from ._declared import register_type
 from .agent import Agent, Command, finish, goto, receive
 from .config import Settings
 from .context import ADMIN_CHANNEL, Context, Message
@@ -80,4 +81,5 @@ __all__ = [
     "finish",
     "goto",
     "receive",
+    "register_type",
 ]

@@ -1,8 +1,10 @@
 """The tagged form of typed values (see serde's docstring for the format): `tag` turns a value
 into plain JSON with tagged objects, `revive` turns decoded JSON back into the values.
 
-Classes are named "module:Qualname" and imported on read; a class defined inside a function
-cannot be named that way and is refused when it is written, not when a replay needs it.
+Classes are named "module:Qualname" and read back only if known (tether._declared: written by
+this process, registered, or declared by an annotation), never imported because a row names
+them; a class defined inside a function cannot be named that way and is refused when it is
+written, not when a replay needs it.
 pydantic is imported only when a model is met (it is not needed to run tether).
 """
 
@@ -49,42 +51,70 @@ _classes: dict[str, type] = {}
 
 
 def class_path(cls: type) -> str:
-    """"module:Qualname" of `cls`, checked once per class to import back as `cls`."""
+    """"module:Qualname" of `cls`, checked once per class to name `cls` in its module (never
+    imported: the class exists, so its module is loaded); `cls` is then known to `resolve`."""
     path = _paths.get(cls)
     if path is None:
         path = f"{cls.__module__}:{cls.__qualname__}"
         if "<locals>" in cls.__qualname__:
             raise Bad(cls, "its class is defined inside a function; journaled types must be"
                            " importable as module.Name")
-        try:
-            found = resolve(path)
-        except SerializationError as exc:
-            raise Bad(cls, str(exc)) from None
-        if found is not cls:
-            raise Bad(cls, f"{path} names another class")
+        obj: Any = sys.modules.get(cls.__module__)
+        for part in cls.__qualname__.split("."):
+            obj = getattr(obj, part, None)
+        if obj is not cls:
+            raise Bad(cls, f"{path} does not name it in its module")
         _paths[cls] = path
+        _classes[path] = cls
     return path
 
 
+class UnknownType(SerializationError):
+    """A stored value names a class this process does not know (and will not import)."""
+
+
+def _nothing_pending() -> bool:
+    return False
+
+
+on_miss: Callable[[], bool] = _nothing_pending
+"""Declares the annotations pending (tether._declared); whether it found any."""
+
+_LLM_RESULTS = {"openai.types.chat:ChatCompletion", "anthropic.types:Message"}
+"""What tether.llm.assemble builds from a stream: imported by tether's own name, if asked."""
+
+
 def resolve(path: str) -> type:
+    """The known class `path` names; UnknownType for any other (nothing is imported, but
+    the SDK result classes tether.llm assembles)."""
     cls = _classes.get(path)
-    if cls is None:
-        module, _, qualname = path.partition(":")
+    if cls is None and on_miss():
+        cls = _classes.get(path)
+    if cls is None and path in _LLM_RESULTS:
+        module, _, name = path.partition(":")
         try:
-            obj: Any = importlib.import_module(module)
-            for part in qualname.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise SerializationError(f"class {path!r} cannot be imported: {exc}") from None
-        if not isinstance(obj, type):
-            raise SerializationError(f"{path!r} is not a class")
-        cls = _classes[path] = obj
+            cls = _classes[path] = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            raise UnknownType(f"class {path!r} needs its SDK installed") from None
+    if cls is None:
+        shown = path if len(path) <= 200 else path[:200] + "..."
+        raise UnknownType(
+            f"a stored value names class {shown!r}, which this process does not know: tether "
+            "reads back only the types its nodes' and journaled calls' annotations declare or "
+            "tether.register_type() registered (it never imports a module a row names); "
+            "register the class, or annotate the node or the call that returns it")
     return cls
 
 
 def is_model(obj: Any) -> bool:
     """Whether `obj` is a pydantic v2 model (without importing pydantic)."""
     return _pydantic_model(obj)
+
+
+def is_model_class(cls: type) -> bool:
+    """Whether `cls` is a pydantic v2 model class (without importing pydantic)."""
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and issubclass(cls, pydantic.BaseModel)
 
 
 def _pydantic_model(obj: Any) -> bool:

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
+from . import _declared
 from .errors import DefinitionError
 from .retry import RetryPolicy
 from .state import Append, append
@@ -117,6 +118,7 @@ class Agent:
                     f"agent {self.name!r} has two start nodes: {self.start!r} and {node_name!r}"
                 )
             self.nodes[node_name] = Node(node_name, f, retry)
+            _declared.declare_later(f)  # its annotations allow the types its state holds
             if start or self.start is None:
                 self.start = node_name
                 self._explicit_start = start

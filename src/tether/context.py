@@ -17,7 +17,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
-from . import calls, llm, serde
+from . import _declared, calls, llm, serde
+from ._typed import UnknownType
 from .errors import DefinitionError, DuplicateEffectKey, NondeterminismError, RunNotFound
 from .history import load_state
 from .ids import check_thread_id
@@ -82,6 +83,16 @@ def _gen_ai(result: Any, usage: dict[str, int] | None, kwargs: dict[str, Any]
     if usage is None and "model" not in kwargs:
         return None
     return llm.gen_ai_attributes(result, usage, kwargs.get("model"))
+
+
+def _replayed(data: bytes, fn: Callable[..., Any]) -> Any:
+    """A journaled result read back; a class it names that is not yet known may be one
+    `fn`'s annotations declare (a replay in a new process: nothing wrote it here yet)."""
+    try:
+        return serde.loads(data)
+    except UnknownType:
+        _declared.declare(fn)
+        return serde.loads(data)
 
 
 def callable_name(fn: Callable[..., Any]) -> str:
@@ -181,7 +192,7 @@ class Context:
             if obs is not None:
                 now = time.time()
                 obs.call(self.step, name, True, now, now)
-            return serde.loads(rec.result)
+            return _replayed(rec.result, fn)
         started = time.time() if obs is not None else 0.0
         if timeout is None and retry is None:
             value = fn(*args, **kwargs)
@@ -215,7 +226,7 @@ class Context:
         idx, rec = self._next(name)
         obs = self._obs
         if rec is not None:
-            value = serde.loads(rec.result)
+            value = _replayed(rec.result, fn)
             if obs is not None:
                 now = time.time()
                 obs.call(self.step, name, True, now, now)
@@ -252,7 +263,7 @@ class Context:
             if obs is not None:
                 now = time.time()
                 obs.call(self.step, name, True, now, now)
-            replayed: T = serde.loads(rec.result)
+            replayed: T = _replayed(rec.result, fn)
             return replayed
         started = time.time() if obs is not None else 0.0
         value = await calls.in_process(self._cpu, fn, args, kwargs, name)

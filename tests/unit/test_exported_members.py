@@ -49,6 +49,7 @@ EXPECTED = [
     "finish",
     "goto",
     "receive",
+    "register_type",
 ]
 
 # The names DESIGN.md marks stable: removing or renaming one breaks users.

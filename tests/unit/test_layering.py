@@ -20,7 +20,7 @@ SRC = Path(tether.__file__).resolve().parent
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("values", ("tether.errors", "tether.serde", "tether.config", "tether.retry", "tether.types",
                 "tether.state", "tether.eventloop", "tether.tuning", "tether.extras",
-                "tether._typed", "tether.llm")),
+                "tether._typed", "tether._declared", "tether.ids", "tether.llm")),
     ("store", ("tether.store",)),
     ("engine", ("tether.calls", "tether.context", "tether.history", "tether.outbox",
                 "tether.agent", "tether.registry", "tether.hub", "tether.deploy",
