@@ -333,6 +333,38 @@ def test_idempotency_key_and_thread_id(procs: Procs) -> None:
         assert len(c.get("/runs").json()["runs"]) == 2
 
 
+def test_a_burst_through_runs_batch(procs: Procs) -> None:
+    server = procs.serve(worker=True)
+    with server.client() as c:
+        batch = {"runs": [{"agent": "echo", "input": {"message": f"m{i}"}, "thread_id": f"b{i}"}
+                          for i in range(200)]
+                 + [{"agent": "echo", "input": {"message": "k"}, "idempotency_key": "key-1"}]}
+        r = c.post("/runs:batch", json=batch)
+        assert r.status_code == 201, r.text
+        body = r.json()
+        assert [run["thread_id"] for run in body["runs"][:200]] == [f"b{i}" for i in range(200)]
+        assert body["created"] == [True] * 201
+        assert body["runs"][200]["idempotency_key"] == "key-1"
+        for i in (0, 99, 199):
+            assert wait_status(c, f"b{i}", "completed")["state"]["message"] == f"m{i}"
+        again = c.post("/runs:batch", json=batch)
+        assert again.status_code == 200 and again.json()["created"] == [False] * 201
+        assert again.json()["runs"][200]["thread_id"] == body["runs"][200]["thread_id"]
+        # Checked before anything is written: a bad run refuses the whole batch.
+        bad = {"runs": [{"agent": "echo", "thread_id": "new-1"}, {"agent": "ghost"}]}
+        err = assert_error(c.post("/runs:batch", json=bad), 422, "DefinitionError")
+        assert "request 1" in err["message"] and "'ghost'" in err["message"]
+        assert_error(c.get("/runs/new-1"), 404, "RunNotFound")
+        assert_error(c.post("/runs:batch", json={"runs": []}), 422, "ValidationError")
+        assert_error(c.post("/runs:batch", json={"runs": [{"agent": "echo", "thread_id": "a/b"}]}),
+                     422, "ValidationError")
+        assert_error(c.post("/runs:batch", json={"runs": [{"agent": "echo"}] * 10_001}), 422)
+        conflict = {"runs": [{"agent": "echo", "input": {"message": "other"}, "thread_id": "b0"}]}
+        assert_error(c.post("/runs:batch", json=conflict), 409, "RunConflict")
+        starts = c.get("/audit", params={"action": "start", "limit": 1000}).json()["events"]
+        assert len(starts) == 201
+
+
 def test_list_runs_pagination_and_filters(procs: Procs) -> None:
     server = procs.serve()
     with server.client() as c:

@@ -43,6 +43,7 @@ from ..errors import (
 from ..observe.metrics import Metrics
 from ..runtime import Runtime
 from ..types import RunStatus
+from .batch import add_batch_route
 from .dashboard import dashboard_router
 from .events import encode, run_events
 from .guard import CLIENT_HEADER, Guard, error_response
@@ -329,6 +330,8 @@ def create_app(
         if not run.created:
             response.status_code = 200
         return RunOut.of(run)
+
+    add_batch_route(app, runtime, actor, _errors(400, 401, 409, 413, 422))
 
     @app.get("/runs", response_model=RunPage, tags=["runs"], responses=_errors(400, 401, 422))
     async def list_runs(

@@ -167,6 +167,24 @@ class RunOut(RunSummary):
         return cls.model_validate(run.to_dict())
 
 
+class StartBatchItem(StartRun):
+    idempotency_key: Id | None = Field(
+        default=None, description="the same key returns the same run instead of starting another")
+
+
+class StartBatchIn(_In):
+    runs: list[StartBatchItem] = Field(
+        min_length=1, max_length=10_000,
+        description="the runs to start, 1 to 10,000, each as POST /runs takes it (with its "
+                    "idempotency key in `idempotency_key`); checked before any is written")
+
+
+class RunBatch(BaseModel):
+    runs: list[RunOut] = Field(description="the runs, in the order asked")
+    created: list[bool] = Field(description="per run: started now (false: it existed, by its "
+                                            "idempotency key or its thread_id and input)")
+
+
 class RunPage(BaseModel):
     runs: list[RunSummary]
     next_cursor: str | None = Field(
