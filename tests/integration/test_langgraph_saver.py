@@ -318,3 +318,46 @@ def test_postgres_0009_carries_pending_writes_over(databases: Any) -> None:
         assert tup is not None
         assert tup.pending_writes == [("task-0", INTERRUPT, {"q": 1}), ("task-1", "a", 1),
                                       ("task-1", "b", "x" * 300), ("task-2", "none", None)]
+
+
+def test_a_thread_with_string_versions_goes_on(db_url: str) -> None:
+    """A thread copied in from LangGraph's own savers (string channel versions) continues:
+    the next version is a string too, greater than the last (mixing float and str raised
+    TypeError inside LangGraph at the next step)."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    def sync_draft(state: State) -> dict[str, Any]:
+        return {"messages": ["draft"]}
+
+    def graph_on(saver: Any) -> Any:
+        builder = StateGraph(State)
+        builder.add_node("draft", sync_draft)
+        builder.add_node("ask", ask)
+        builder.add_edge(START, "draft")
+        builder.add_edge("draft", "ask")
+        builder.add_edge("ask", END)
+        return builder.compile(checkpointer=saver)
+
+    memory = InMemorySaver()
+    first = graph_on(memory)
+    first.invoke({"messages": [], "note": ""}, cfg("copied"))
+    tuples = list(memory.list(cfg("copied")))[::-1]  # oldest first
+    assert all(isinstance(v, str) for t in tuples for v in t.checkpoint["channel_versions"].values())
+    with TetherSaver.from_conn_string(db_url) as saver:
+        for t in tuples:
+            parent = t.parent_config or {"configurable": {"thread_id": "copied",
+                                                          "checkpoint_ns": ""}}
+            saver.put(parent, t.checkpoint, t.metadata, t.checkpoint["channel_versions"])
+            for task_id, channel, value in t.pending_writes or []:
+                saver.put_writes(t.config, [(channel, value)], task_id)
+        graph = graph_on(saver)
+        assert graph.get_state(cfg("copied")).next == ("ask",)
+        out = graph.invoke(Command(resume="yes"), cfg("copied"))
+        assert out["note"] == "answer=yes" and out["messages"] == ["draft", "asked"]
+        versions = graph.get_state(cfg("copied")).config
+        latest = saver.get_tuple(versions)
+        assert latest is not None
+        assert all(isinstance(v, str) for v in latest.checkpoint["channel_versions"].values())
+    assert saver.get_next_version("00000000000000000000000000000002.5", None) > \
+        "00000000000000000000000000000002.5"
+    assert isinstance(saver.get_next_version(None, None), float)

@@ -347,16 +347,17 @@ class TetherSaver(BaseCheckpointSaver[float]):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self._sync(self._prune(thread_ids, strategy))
 
-    def get_next_version(self, current: float | None, channel: None) -> float:
+    def get_next_version(  # type: ignore[override]  # V is float, but copied threads hold str
+            self, current: float | str | None, channel: None) -> float | str:
         """The next integer plus a random fraction: increasing, and two branches forked from
-        one checkpoint never share a version (a blob key) for different values."""
-        if current is None:
-            whole = 0
-        elif isinstance(current, str):
+        one checkpoint never share a version (a blob key) for different values. A string
+        version (a thread copied from LangGraph's own savers) gets a string in their form,
+        zero-padded so that strings compare as the numbers do (LangGraph compares versions
+        with `>`, and a float beside a string raises TypeError)."""
+        if isinstance(current, str):
             whole = int(current.split(".", 1)[0])
-        else:
-            whole = int(current)
-        return whole + 1 + random.random()
+            return f"{whole + 1:032}.{random.getrandbits(53):016}"
+        return (0 if current is None else int(current)) + 1 + random.random()
 
     # -- the logic, once -------------------------------------------------------------------
 
