@@ -27,6 +27,7 @@ import orjson
 from ..errors import ConfigError, SchemaError, StoreError, StoreUnavailable
 from ..store.migrate import parse_queries
 from ..store.sqlite import apply_migrations, parse_sqlite_url
+from ..store.sqlite_jobs import finished
 from ._blobs import Blob
 from ._rows import INLINE, BlobRow, CheckpointRow, Collect, Ready, WriteRow
 
@@ -204,7 +205,7 @@ class SQLiteRows:
             for job, fut, _ in batch:
                 conn.execute("SAVEPOINT job")
                 try:
-                    done.append((fut, True, job(conn)))
+                    done.append((fut, True, finished(job(conn))))
                 except Exception as exc:
                     conn.execute("ROLLBACK TO job")
                     done.append((fut, False, _error(exc, self.url)
@@ -239,7 +240,7 @@ class SQLiteRows:
     async def put_writes(self, rows: Sequence[tuple[Any, ...]], replace: bool,
                          flush: bool) -> None:
         sql = self._q["upsert_write" if replace else "insert_write"]
-        await self._w(lambda conn: conn.executemany(sql, rows), flush=flush)
+        await self._w(lambda conn: conn.executemany(sql, rows).close(), flush=flush)
 
     async def delete_thread(self, thread_id: str) -> None:
         q = self._q

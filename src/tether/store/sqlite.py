@@ -220,7 +220,7 @@ class SQLiteStore:
             return
         q = self._q["release_run"]
         params = [{"thread_id": le.thread_id, "epoch": le.epoch} for le in leases]
-        await self._w(lambda c: c.executemany(q, params))
+        await self._w(lambda c: c.executemany(q, params).close())
         self.work_available.set()
 
     async def release_worker(self, worker: str, audit: Audit | None = None) -> list[str]:
@@ -517,7 +517,7 @@ class SQLiteStore:
 
     async def renew_effect_leases(self, worker: str, lease_ttl: float) -> None:
         q = self._q["renew_effect_leases"]
-        await self._w(lambda c: c.execute(q, {"worker": worker, "ttl": lease_ttl}))
+        await self._w(lambda c: c.execute(q, {"worker": worker, "ttl": lease_ttl}).close())
 
     async def complete_effect(self, effect: EffectRecord, result: bytes) -> bool:
         q = self._q["complete_effect"]

@@ -42,7 +42,7 @@ class SQLiteDeployments:
 
     async def stop_worker(self, worker_id: str) -> None:
         q = self._q["stop_worker"]
-        await self._w(lambda c: c.execute(q, {"id": worker_id}))
+        await self._w(lambda c: c.execute(q, {"id": worker_id}).close())
 
     async def list_workers(self) -> list[WorkerRecord]:
         return [WorkerRecord(*r) for r in await self._rows("list_workers")]

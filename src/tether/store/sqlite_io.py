@@ -29,6 +29,7 @@ import orjson
 from ..errors import ConfigError, LeaseLost, StoreError, StoreUnavailable
 from .audit import Audit
 from .base import CommitObserver
+from .sqlite_jobs import finished
 from .sqlite_schema import create_private, parse_sqlite_url
 
 T = TypeVar("T")
@@ -57,7 +58,7 @@ class Fenced:
         """This write alone: (held, the future's result or exception)."""
         if conn.execute(self.sql, self.params).rowcount != 1:
             if self.fallback is not None:
-                return True, self.fallback(conn)
+                return True, finished(self.fallback(conn))
             return False, LeaseLost(self.lost)
         if self.then_sql is not None:
             conn.execute(self.then_sql, self.then_params)
@@ -284,7 +285,7 @@ class _Open:
                 if type(job) is Fenced:
                     fenced.setdefault((job.sql, job.then_sql), []).append((job, fut))
                 else:
-                    results.append((fut, True, job(conn)))  # type: ignore[operator]
+                    results.append((fut, True, finished(job(conn))))  # type: ignore[operator]
         except _Busy:
             raise
         except Exception as exc:

@@ -41,7 +41,7 @@ class SQLiteRetention:
 
     async def drop_lock(self, name: str, owner: str) -> None:
         q = self._q["drop_lock"]
-        await self._write(lambda c: c.execute(q, {"name": name, "owner": owner}))
+        await self._write(lambda c: c.execute(q, {"name": name, "owner": owner}).close())
 
     async def prune_candidates(self, cutoffs: Cutoffs, after: Any, limit: int) -> Candidates:
         # In thread_id order: checkpoints and journal are WITHOUT ROWID tables, stored in
