@@ -42,6 +42,13 @@ CONNECTIONS_BUDGET = 0.8
 ONE_REQUEST_S = 1.0
 """A run shorter than this, of one step and no human wait, fits in a request."""
 DEFAULT_LEASE_TTL = 30.0
+BENCH_PG_CEILING = 42_800.0
+"""Rows/s one Postgres primary committed in the project's own measurement (`tether advise
+--measure` against PostgreSQL 15 on the bench machine: 2 cores, a local disk with a 0.07 ms
+median fsync, 100 rows a commit, 2026-12-03; docs/advisor.md). Used when this Postgres was
+not measured; cloud block storage is slower, so it is an upper bound."""
+BENCH_PG_WHERE = ("the project's bench figure: PostgreSQL 15, 2 cores, local disk, "
+                  "docs/advisor.md")
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +146,7 @@ class Advice:
     reasons: list[str] = field(default_factory=list)
     headroom: list[str] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
-    model: dict[str, float] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
 
 
 def _v(f: Figure | None, default: float) -> float:
@@ -182,7 +189,7 @@ def advise(inputs: Inputs, dialect: str, probe: Probe | None) -> Advice:
     pool = POOL_DEFAULT
     connections = workers * pool
     max_conn = _v(inputs.max_connections, 100.0)
-    model = {"runs_per_s": runs_per_s, "peak_runs_per_s": peak_runs, "run_seconds": run_s,
+    model: dict[str, Any] = {"runs_per_s": runs_per_s, "peak_runs_per_s": peak_runs, "run_seconds": run_s,
              "concurrency": concurrency, "steps_per_s": steps_per_s, "workers": workers,
              "slots_per_worker": slots, "write_ceiling_rows_per_s": ceiling,
              "write_utilisation": write_use, "connections": connections}
@@ -240,16 +247,31 @@ def advise(inputs: Inputs, dialect: str, probe: Probe | None) -> Advice:
             reasons.append(f"{_fmt(concurrency)} concurrent runs and {_fmt(steps_per_s)} "
                            f"steps/s need {workers} workers: more than one machine's worth "
                            "is Postgres's job")
-        reasons.append("Postgres's write ceiling was not measured here: run `tether advise "
-                       "--measure --db postgresql://...` against it to check the plan")
-        ceiling, write_use, over = 0.0, 0.0, False
+        ceiling = 0.0
+    measured_pg = bool(ceiling)
+    if not measured_pg:
+        ceiling = BENCH_PG_CEILING
+        write_use = steps_per_s / ceiling
+        over = write_use > WRITE_BUDGET
+        model["write_ceiling_rows_per_s"], model["write_utilisation"] = ceiling, write_use
+        model["write_ceiling_source"] = "bench"
+        reasons.append(f"Postgres's write ceiling was not measured here: planned against "
+                       f"{_fmt(ceiling)} rows/s ({BENCH_PG_WHERE}); run `tether advise "
+                       "--measure --db postgresql://...` against yours to check the plan")
+    whose = "this Postgres's measured" if measured_pg else "one Postgres's (bench)"
+    pg_ceiling = ("this Postgres's write ceiling" if measured_pg else
+                  f"one Postgres's write ceiling ({_fmt(ceiling)} rows/s, bench)")
     if over:
-        reasons.append(f"{_fmt(steps_per_s)} steps/s is {write_use:.0%} of this Postgres's "
-                       f"measured write ceiling ({_fmt(ceiling)} rows/s): one database is not "
-                       "enough; shard runs by thread_id (every table carries it) or move to a "
-                       "horizontally scaled engine")
-        return Advice("outgrown", "outgrown one Postgres: shard by thread_id (Citus) or "
-                      "a horizontally scaled engine", reasons, [], settings, model)
+        dbs = math.ceil(steps_per_s / (ceiling * WRITE_BUDGET))
+        reasons.append(f"{_fmt(steps_per_s)} steps/s at the peak is {write_use:.0%} of "
+                       f"{whose} write ceiling ({_fmt(ceiling)} rows/s), over the "
+                       f"{WRITE_BUDGET:.0%} budget: one primary is not enough; about {dbs} "
+                       f"databases split by thread_id (every table carries it, each with its "
+                       "own workers), or an engine built to scale writes out")
+        model["databases_needed"] = dbs
+        return Advice("outgrown", f"outgrown one Postgres: about {dbs} databases split by "
+                      "thread_id, or a horizontally scaled engine", reasons, [], settings,
+                      model)
     settings["pool_max"] = pool
     if connections > CONNECTIONS_BUDGET * max_conn:
         reasons.append(f"{workers} workers x pool {pool} = {connections} connections, over "
@@ -258,7 +280,7 @@ def advise(inputs: Inputs, dialect: str, probe: Probe | None) -> Advice:
                        "mode for the LISTEN connection) or raise max_connections")
         return Advice("postgres-pooler", f"tether on Postgres with a connection pooler, "
                       f"{workers} workers of concurrency {slots}", reasons,
-                      _headroom(inputs, steps_per_s, ceiling, "this Postgres's write ceiling"),
+                      _headroom(inputs, steps_per_s, ceiling, pg_ceiling),
                       settings, model)
     reasons.append(f"{workers} workers of concurrency {slots} for {_fmt(concurrency)} concurrent "
                    f"runs ({src('runs/s', inputs.runs_per_s)} x {_fmt(run_s)} s a run)")
@@ -271,7 +293,7 @@ def advise(inputs: Inputs, dialect: str, probe: Probe | None) -> Advice:
                        "drains (tether deploy drain --wait)")
     return Advice("postgres", f"tether on one Postgres with {workers} workers of concurrency "
                   f"{slots}", reasons,
-                  _headroom(inputs, steps_per_s, ceiling, "this Postgres's write ceiling"),
+                  _headroom(inputs, steps_per_s, ceiling, pg_ceiling),
                   settings, model)
 
 
@@ -299,12 +321,52 @@ def _headroom(inputs: Inputs, steps_per_s: float, ceiling: float, what: str) -> 
             out.append(f"{what} allows about {_fmt(limit / steps_per_s)}x today's peak "
                        "(no growth measured)" if g is None or g.value <= 1.0001 else
                        f"{what} is already passed")
+    out.extend(_parked(inputs))
     if inputs.bytes_per_step is not None and inputs.runs_per_s is not None:
         mean_steps = inputs.runs_per_s.value * _v(inputs.steps_per_run, 5.0)
         per_day = inputs.bytes_per_step.value * mean_steps * 86400
         out.append(f"checkpoints grow the database about {_fmt(per_day / 1e6)} MB/day "
                    f"({_fmt(inputs.bytes_per_step.value)} bytes/step); retention bounds it")
     return out
+
+
+def _parked(inputs: Inputs) -> list[str]:
+    """What a human wait keeps in the store: runs/s x the wait runs parked (Little's law)."""
+    wait, rate = _v(inputs.human_wait_s, 0.0), _v(inputs.runs_per_s, 0.0)
+    if wait <= 0 or rate <= 0:
+        return []
+    parked = rate * wait
+    steps = _v(inputs.steps_per_run, 5.0)
+    per_step = _v(inputs.bytes_per_step, 1000.0)
+    bytes_held = parked * steps * per_step
+    return [f"{_fmt(rate)} runs/s with a {span(wait)} wait for a person keeps about "
+            f"{_fmt(parked)} runs parked (Little's law): as many run and interrupt rows and "
+            f"about {_fmt(parked * steps)} checkpoint rows ({_fmt(steps)} steps a run), about "
+            f"{_fmt(bytes_held / 1e6)} MB at {_fmt(per_step)} bytes a step"
+            f"{'' if inputs.bytes_per_step is not None else ' (assumed)'}; a parked run holds "
+            "no worker slot and no connection"]
+
+
+def span(seconds: float) -> str:
+    """A duration as people say it: 90 s, 45 min, 3.5 h, 2 days."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h".replace(".0 h", " h")
+    return f"{seconds / 86400:.1f} days".replace(".0 days", " days")
+
+
+def plain(v: Any) -> str:
+    """A table cell: numbers written out (8.64e+04 is 86,400), never in e-notation."""
+    if v is None:
+        return ""
+    if isinstance(v, bool) or not isinstance(v, float):
+        return str(v)
+    if v.is_integer() or abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:,.4f}".rstrip("0").rstrip(".") or "0"
 
 
 # -- the probe --------------------------------------------------------------------------------

@@ -105,3 +105,39 @@ def test_durations() -> None:
     for bad in ("", "x", "-1h", "0s", "1y"):
         with pytest.raises(ConfigError):
             parse_duration(bad)
+
+
+def test_without_a_measurement_the_bench_ceiling_of_one_postgres_decides() -> None:
+    """1,000,000 steps/s is far past one primary: said so with the figure and its origin, and
+    what comes next (it recommended "Postgres with a pooler, 200 workers", ceiling 0)."""
+    from tether.advise import BENCH_PG_CEILING
+
+    for dialect in ("sqlite", "postgres"):
+        a = advise(what_if(runs_per_s=5000, steps_per_run=20), dialect, None)
+        assert a.recommendation == "outgrown", (dialect, a.summary)
+        assert a.model["write_ceiling_rows_per_s"] == BENCH_PG_CEILING
+        assert any("planned against 42,800 rows/s (the project's bench figure" in r
+                   for r in a.reasons), a.reasons
+        assert any("2336% of one Postgres's (bench) write ceiling (42,800 rows/s)" in r
+                   and "about 47 databases split by thread_id" in r for r in a.reasons), a.reasons
+    # Within the bench ceiling the plan stands, and says which ceiling it used.
+    small = advise(what_if(runs_per_s=50, steps_per_run=20, step_seconds=2), "postgres", None)
+    assert small.recommendation == "postgres"
+    assert any("42,800 rows/s" in h for h in small.headroom), small.headroom
+
+
+def test_a_human_wait_says_how_many_runs_it_parks() -> None:
+    a = advise(what_if(runs_per_s=5, steps_per_run=10, human_wait=86400), "sqlite", None)
+    parked = [h for h in a.headroom if "runs parked" in h]
+    assert parked and "5 runs/s with a 24 h wait for a person keeps about 432,000 runs" in \
+        parked[0], a.headroom
+
+
+def test_table_cells_are_plain_numbers() -> None:
+    from tether.advise import plain, span
+
+    assert plain(86400.0) == "86,400" and plain(8.64e4) == "86,400"
+    assert plain(0.4575) == "0.4575" and plain(1e-05) == "0" and plain(12.5) == "12.5"
+    assert plain(None) == "" and plain(3) == "3" and plain(True) == "True"
+    assert [span(s) for s in (0.0, 159, 3600, 86400, 3 * 86400)] == \
+        ["0 s", "3 min", "60 min", "24 h", "3 days"]

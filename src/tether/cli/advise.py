@@ -14,7 +14,9 @@ from ..advise import (
     advise,
     measured_json,
     parse_duration,
+    plain,
     probe,
+    span,
 )
 from ..store.measure import LoadStats
 from ._common import connection_options, console, dump, json_option, run, runtime_for
@@ -142,8 +144,8 @@ def _json(advice: Advice, inputs: Inputs, stats: LoadStats | None, pr: Probe | N
     if stats is not None:
         out["measured"] = measured_json(stats)
         if stats.covered < window_s:
-            out["note"] = (f"the store holds {stats.covered / 3600:.1f} h of data: measured over "
-                           f"that, not the {window_s / 3600:.1f} h window")
+            out["note"] = (f"the store holds {span(stats.covered)} of data: measured over "
+                           f"that, not the {span(window_s)} window")
     if pr is not None:
         out["probe"] = {"commit_ms": pr.commit_ms, "single_rows_per_s": pr.single_rows_per_s,
                         "batch100_rows_per_s": pr.batch_rows_per_s}
@@ -169,5 +171,5 @@ def _print(out: dict[str, Any]) -> None:
         table.add_column("figure")
         table.add_column("value", justify="right", overflow="fold")
         for k, v in out[key].items():
-            table.add_row(k, "" if v is None else f"{v:,.4g}" if isinstance(v, float) else str(v))
+            table.add_row(k, plain(v))
         c.print(table)
