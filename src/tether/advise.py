@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .config import redact
 from .errors import ConfigError
 from .store.measure import LoadStats
 
@@ -74,6 +75,8 @@ class Inputs:
     db_bytes: Figure | None = None
     bytes_per_step: Figure | None = None
     max_connections: Figure | None = None
+    in_flight: Figure | None = None
+    """Runs running when measured: the concurrency planned never falls below it."""
 
     WHAT_IF = ("runs_per_s", "steps_per_run", "step_seconds", "human_wait", "deploys_per_week",
                "retention_days", "languages", "regions")
@@ -105,6 +108,7 @@ class Inputs:
             bytes_per_step=Figure(stats.checkpoint_bytes / stats.steps, m) if stats.steps else None,
             max_connections=None if stats.max_connections is None
             else Figure(stats.max_connections, m),
+            in_flight=Figure(stats.statuses_now.get("running", 0), m),
         )
 
     def with_what_ifs(self, what_ifs: Mapping[str, float | None]) -> Inputs:
@@ -167,8 +171,10 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
-def advise(inputs: Inputs, dialect: str, probe: Probe | None) -> Advice:
-    """The decision table of docs/advisor.md, in order; the first branch that holds wins."""
+def advise(inputs: Inputs, dialect: str, probe: Probe | None,
+           db_url: str | None = None) -> Advice:
+    """The decision table of docs/advisor.md, in order; the first branch that holds wins.
+    `db_url` (the database measured or meant) goes in the suggested settings, masked."""
     runs_per_s = _v(inputs.runs_per_s, 0.0)
     steps_per_run = _v(inputs.steps_per_run, 5.0)
     step_s = _v(inputs.step_seconds, 1.0)
@@ -176,7 +182,7 @@ def advise(inputs: Inputs, dialect: str, probe: Probe | None) -> Advice:
     run_s = steps_per_run * step_s
     # Little's law over the peak (10x the mean when no peak was measured: the lesson's figure).
     peak_runs = max(_v(inputs.peak_runs_per_s, runs_per_s * 10), runs_per_s)
-    concurrency = peak_runs * run_s
+    concurrency = max(peak_runs * run_s, _v(inputs.in_flight, 0.0))
     steps_per_s = peak_runs * steps_per_run
     worker_steps = CPU_BUDGET / STEP_CPU_S
     by_cpu = max(1, math.ceil(steps_per_s / worker_steps))
@@ -235,7 +241,7 @@ def advise(inputs: Inputs, dialect: str, probe: Probe | None) -> Advice:
                            f"{_fmt(steps_per_s)} steps/s at the peak fits one worker")
             reasons.append(f"{_fmt(concurrency)} concurrent runs fit one worker of concurrency "
                            f"{slots} (bench W2 ran 10,000 in one process)")
-            settings["db"] = "sqlite:///tether.db"
+            settings["db"] = redact(db_url) if db_url else "sqlite:///tether.db"
             return Advice("sqlite", "embedded SQLite, one worker process", reasons,
                           _headroom(inputs, steps_per_s, ceiling, "SQLite's measured write "
                                     "ceiling"), settings, model)

@@ -141,3 +141,16 @@ def test_table_cells_are_plain_numbers() -> None:
     assert plain(None) == "" and plain(3) == "3" and plain(True) == "True"
     assert [span(s) for s in (0.0, 159, 3600, 86400, 3 * 86400)] == \
         ["0 s", "3 min", "60 min", "24 h", "3 days"]
+
+
+def test_measured_advice_uses_the_apps_database_and_the_runs_in_flight() -> None:
+    base = what_if(runs_per_s=0.01, steps_per_run=2, step_seconds=1)
+    inputs = Inputs(**{**{f: getattr(base, f) for f in base.__dataclass_fields__},
+                       "in_flight": Figure(100, "measured")})
+    a = advise(inputs, "sqlite", None, "sqlite:///srv/app/prod.db")
+    assert a.recommendation == "sqlite"
+    assert a.settings["db"] == "sqlite:///srv/app/prod.db"
+    assert a.settings["concurrency"] >= 100  # not 1 beside 100 busy slots
+    pg = advise(what_if(runs_per_s=0.01, steps_per_run=2), "sqlite", None,
+                "postgresql://app:s3cret@db:5432/x")
+    assert "s3cret" not in str(pg.settings)

@@ -80,7 +80,7 @@ def advise_cmd(measure: bool, window: str, no_probe: bool, probe_seconds: float,
         values["languages"] = None if languages is None else float(languages)
         values["regions"] = None if regions is None else float(regions)
         inputs = Inputs.from_stats(stats).with_what_ifs(values)
-        advice = advise(inputs, rt.dialect, measured_probe)
+        advice = advise(inputs, rt.dialect, measured_probe, rt.db_url)
         if fleet:
             advice.reasons.extend(_fleet_reasons(fleet, advice, inputs))
         out = _json(advice, inputs, stats, measured_probe, window_s)
