@@ -29,7 +29,8 @@ import orjson
 from ..errors import ConfigError, LeaseLost, StoreError, StoreUnavailable
 from .audit import Audit
 from .base import CommitObserver
-from .sqlite_jobs import finished
+from .sqlite_jobs import SharedWake, finished
+from .sqlite_jobs import swap_observer as _swap
 from .sqlite_schema import create_private, parse_sqlite_url
 
 T = TypeVar("T")
@@ -69,10 +70,12 @@ Item = tuple["Job | Fenced", "asyncio.Future[Any]"]
 _SYNC_MODES = {"OFF", "NORMAL", "FULL", "EXTRA"}
 _AUTO_VACUUM = {"INCREMENTAL", "NONE"}
 _MAX_BATCH = 2048
-# A group commit with fewer fenced writes stays on the loop thread: handing it over costs
-# more latency (about 0.2 ms) than the SQLite work it moves (W1 commits one write at a time;
-# parks and effect marks are function jobs, which run on the loop thread anyway).
+# A small group commit (fewer fenced writes) stays on the loop thread only while COMMIT is
+# measured cheaper than handing it over (about 0.2 ms: W1 commits one write at a time); on a
+# disk whose fsync costs more, every COMMIT goes to the commit thread, and a fast one again
+# brings small batches back. Measured per connection, as a moving average of COMMIT.
 _THREAD_MIN = 32
+_HANDOFF_S = 0.0002
 
 
 class _Open:
@@ -107,6 +110,8 @@ class _Open:
         self._inflight: concurrent.futures.Future[Any] | None = None
         self._inflight_batch: list[Item] = []
         self._inflight_t0 = 0.0
+        self.commit_s = 0.0
+        """COMMIT's cost here (a moving average, seconds; the loop and the thread update it)."""
         self.observers: list[CommitObserver] = []
         """Told of each group commit (its writes, BEGIN to COMMIT)."""
         self.wakes: list[asyncio.Event] = []
@@ -146,8 +151,9 @@ class _Open:
         batch, self._pending = self._pending[:_MAX_BATCH], self._pending[_MAX_BATCH:]
         t0 = time.perf_counter() if self.observers else 0.0
         try:
-            if (self._pool is None or inline or len(batch) < _THREAD_MIN
-                    or sum(type(job) is Fenced for job, _ in batch) < _THREAD_MIN):
+            if self._pool is None or inline or (self.commit_s < _HANDOFF_S and (
+                    len(batch) < _THREAD_MIN
+                    or sum(type(job) is Fenced for job, _ in batch) < _THREAD_MIN)):
                 results = self._transaction(batch, wait=self._pool is None or inline)
                 self._finish(batch, results, reschedule=not inline)
                 self._observed(len(batch), t0)
@@ -264,7 +270,7 @@ class _Open:
                     results.extend((fut, True, job.result) for job, fut in g.items)
                 else:
                     _run_fenced(conn, g.sql, g.then_sql, g.items, results)
-            conn.execute("COMMIT")
+            self._timed_commit()
         except Exception:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -328,10 +334,15 @@ class _Open:
         try:
             for (sql, then_sql), items in fenced.items():
                 _run_fenced(self.write, sql, then_sql, items, results)
-            self.write.execute("COMMIT")
+            self._timed_commit()
         except Exception as exc:
             return self._undo(batch, exc)
         return results
+
+    def _timed_commit(self) -> None:
+        t0 = time.perf_counter()
+        self.write.execute("COMMIT")
+        self.commit_s += (time.perf_counter() - t0 - self.commit_s) * 0.2
 
     def others_version(self) -> int | None:
         """PRAGMA data_version of the write connection, which moves only when another
@@ -430,30 +441,8 @@ def _wrap(exc: BaseException) -> BaseException:
     return exc
 
 
-class SharedWake(asyncio.Event):
-    """A SQLite store's work_available: set() sets it and the events of the other stores
-    sharing its connections (so a run one store queues for another's worker wakes it)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.peers: list[asyncio.Event] = [self]
-
-    def set(self) -> None:
-        for event in self.peers:
-            asyncio.Event.set(event)
-
-
 _SHARED: weakref.WeakValueDictionary[tuple[Any, ...], _Open] = weakref.WeakValueDictionary()
 """The open connections of this process's stores, by _share_key."""
-
-
-def _swap(observers: list[CommitObserver], old: CommitObserver | None,
-          new: CommitObserver | None) -> None:
-    """Put `new` in `old`'s place in `observers` (either may be None)."""
-    if old is not None:
-        observers[:] = [o for o in observers if o is not old]
-    if new is not None:
-        observers.append(new)
 
 
 class SQLiteConnections:

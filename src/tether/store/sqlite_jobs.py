@@ -1,9 +1,13 @@
-"""What a job run on a SQLite commit thread may hand back to the event loop."""
+"""Small parts of the SQLite connections: what a write job may hand back to the event loop,
+the shared wake-up event, the commit observers' list."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from typing import Any
+
+from .base import CommitObserver
 
 
 def finished(result: Any) -> Any:
@@ -15,3 +19,25 @@ def finished(result: Any) -> Any:
         result.close()
         return None
     return result
+
+
+class SharedWake(asyncio.Event):
+    """A SQLite store's work_available: set() sets it and the events of the other stores
+    sharing its connections (so a run one store queues for another's worker wakes it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.peers: list[asyncio.Event] = [self]
+
+    def set(self) -> None:
+        for event in self.peers:
+            asyncio.Event.set(event)
+
+
+def swap_observer(observers: list[CommitObserver], old: CommitObserver | None,
+          new: CommitObserver | None) -> None:
+    """Put `new` in `old`'s place in `observers` (either may be None)."""
+    if old is not None:
+        observers[:] = [o for o in observers if o is not old]
+    if new is not None:
+        observers.append(new)
