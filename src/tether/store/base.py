@@ -21,7 +21,7 @@ from .deploy_types import WorkerBeat as WorkerBeat
 from .deploy_types import WorkerRecord as WorkerRecord
 from .measure import LoadStats
 from .retention_types import Retention
-from .sessions import UiSessions
+from .session_types import UiSessions
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
@@ -559,7 +559,7 @@ class Store(Protocol):
     @property
     def sessions(self) -> UiSessions:
         """The dashboard's sign-ins (revocable sessions), a part of the store: see
-        store/sessions.py."""
+        store/session_types.py."""
 
     async def list_audit(
         self, *, thread_id: str | None = None, action: str | None = None, limit: int = 100,

@@ -1,5 +1,5 @@
 """Dashboard sessions kept by the store (migration 0013's ui_sessions), so that signing out of
-the dashboard ends a session on the server: the UiSessions protocol, its SQLite part (on
+the dashboard ends a session on the server: the UiSessions protocol's SQLite part (on
 SQLiteStore's reader and writer) and its Postgres part (on PostgresStore's connections), each
 mixed into its store as the `sessions` attribute.
 
@@ -12,30 +12,14 @@ from __future__ import annotations
 
 import sqlite3
 from functools import cached_property
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from .migrate import queries
+from .session_types import UiSessions
 
 if TYPE_CHECKING:  # not imported at run time: a SQLite user loads no psycopg for this
     from .pg_conn import PgConnections
     from .sqlite_io import SQLiteConnections
-
-
-class UiSessions(Protocol):
-    """The dashboard's sign-ins (tether.service.dashboard_auth holds the logic)."""
-
-    async def open_session(self, id_hash: str, ttl: float) -> int:
-        """Record a sign-in, live for `ttl` seconds from now, after deleting the sessions
-        already expired (so the table holds at most a TTL's worth of sign-ins); one
-        transaction. Returns how many expired rows were deleted."""
-
-    async def session_alive(self, id_hash: str, touch_after: float = 60.0) -> bool:
-        """Whether the session exists, is not revoked and has not expired: one indexed read
-        per dashboard request; its last_seen is renewed when older than `touch_after`
-        seconds (a write at most that often per session)."""
-
-    async def revoke_session(self, id_hash: str) -> bool:
-        """A sign-out: the session is refused from now on. False if it was not live."""
 
 
 class SQLiteSessions:
