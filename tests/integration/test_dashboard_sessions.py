@@ -139,3 +139,14 @@ async def test_a_session_is_stored_as_a_hash_and_expired_rows_go(runtime: Runtim
     assert await sessions.revoke_session(new)
     assert not await sessions.session_alive(new) and not await sessions.revoke_session(new)
     assert await sessions.session_alive(UiAuth.digest(nonce))  # others are untouched
+
+
+async def test_a_read_only_dashboard_still_signs_out(runtime: Runtime) -> None:
+    app = create_app(runtime, token=TOKEN, read_only=True)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://127.0.0.1") as browser:
+        cookie = await sign_in(browser)
+        r = await browser.post("/ui/logout", data={"csrf": await csrf_of(browser)})
+        assert r.status_code == 303 and r.headers["location"].startswith("/ui/login")
+    async with client(runtime, cookie) as copy:
+        assert not await signed_in(copy)
