@@ -326,9 +326,15 @@ def test_with_a_token_nothing_works_without_it(procs: Procs, context: BrowserCon
         assert c.get(f"/runs/{tid}").json()["state"]["answer"] is True
     # No actions were taken before signing in: the one answer is the signed-in one.
 
+    [copied] = context.cookies()  # a copy of the session cookie, taken before signing out
     page.get_by_role("button", name="Sign out").click()
     page.goto(f"{server.base_url}/ui")
     expect(page).to_have_url(re.compile(r"/ui/login"))
+    with httpx.Client(base_url=server.base_url, timeout=30) as thief:  # refused at once
+        thief.cookies.set("tether_ui", copied["value"], path="/ui")
+        replayed = thief.get(f"/ui/runs/{tid}", follow_redirects=False)
+        assert replayed.status_code == 303, replayed.status_code
+        assert replayed.headers["location"].startswith("/ui/login") and tid not in replayed.text
 
 
 # -- bad input -----------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ its cursor, the live hub's one poller per topic, and the shipped templates and a
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from importlib import resources
 
@@ -75,6 +76,14 @@ def test_sessions_are_signed_by_the_token_and_expire(monkeypatch: pytest.MonkeyP
     later = time.time() + dashboard_auth.SESSION_TTL + 1
     monkeypatch.setattr(dashboard_auth.time, "time", lambda: later)
     assert auth.session(cookie) is None
+
+
+def test_the_store_keeps_a_hash_of_the_session_id_not_the_id() -> None:
+    auth = UiAuth("s3cret")
+    nonce = auth.session(auth.new_session())
+    assert nonce is not None and len(nonce) >= 43  # 32 random bytes
+    digest = UiAuth.digest(nonce)
+    assert digest == hashlib.sha256(nonce.encode()).hexdigest() and nonce not in digest
 
 
 def test_csrf_tokens_belong_to_one_session() -> None:

@@ -3,9 +3,10 @@ read without JavaScript, refreshed live with it (htmx + one SSE stream per tab, 
 poller per view: dashboard_live). Every action goes through the same Runtime calls as the
 HTTP API and is logged on the `tether.audit` logger.
 
-Sessions and CSRF: dashboard_auth. Every form posts `application/x-www-form-urlencoded`
-with a `csrf` field; a refused action renders its page again with the reason, status 4xx,
-and has changed nothing.
+Sessions and CSRF: dashboard_auth (with a token, each session is a row of the store, revoked
+by signing out). Every form posts `application/x-www-form-urlencoded` with a `csrf` field
+(sign-out too); a refused action renders its page again with the reason, status 4xx, and has
+changed nothing.
 """
 
 from __future__ import annotations
@@ -111,8 +112,17 @@ def dashboard_router(
 
     # -- sessions, pages -------------------------------------------------------------------
 
-    def visit(request: Request) -> Visit | None:
+    async def live_session(request: Request) -> str | None:
+        """The nonce of the request's session: a cookie this key issued, not expired and,
+        with a token, live in the store (not signed out): one indexed read."""
         nonce = auth.session(request.cookies.get(COOKIE))
+        if nonce is None or not auth.required:
+            return nonce
+        await runtime.open()
+        return nonce if await runtime.store.sessions.session_alive(auth.digest(nonce)) else None
+
+    async def visit(request: Request) -> Visit | None:
+        nonce = await live_session(request)
         if nonce is not None:
             return Visit(nonce, None)
         if auth.required:
@@ -154,7 +164,7 @@ def dashboard_router(
         """A GET page: needs a session (or signs one in), renders a Refused as its message."""
 
         async def handler(request: Request) -> Response:
-            v = visit(request)
+            v = await visit(request)
             if v is None:
                 return to_login(request)
             try:
@@ -164,14 +174,17 @@ def dashboard_router(
 
         return handler
 
-    async def form(request: Request) -> tuple[Visit | None, dict[str, str]]:
-        """A POSTed form, its session checked and its CSRF token verified."""
-        v = visit(request)
+    async def form(request: Request, v: Visit | None) -> dict[str, str]:
+        """A POSTed action's form, its session (`v`) checked and its CSRF token verified."""
         if v is None:
             raise Refused(401, "Sign in first: this dashboard needs the server's token.")
         if read_only:
             raise Refused(403, "This dashboard is read-only (tether serve --read-only): "
                                "nothing was changed.")
+        return await signed_form(request, v)
+
+    async def signed_form(request: Request, v: Visit) -> dict[str, str]:
+        """A POSTed form of session `v`, read and its CSRF token verified."""
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype != "application/x-www-form-urlencoded":
             raise Refused(415, "Forms must be sent as application/x-www-form-urlencoded.")
@@ -184,7 +197,7 @@ def dashboard_router(
         if v.new_cookie is not None or not auth.check_csrf(v.nonce, fields.get("csrf")):
             raise Refused(403, "This form is stale: its security token belongs to another "
                                "session. Reload the page and try again. Nothing was changed.")
-        return v, fields
+        return fields
 
     def done(request: Request, where: str, notice: str) -> Response:
         return finish(request, RedirectResponse(f"{where}?done={notice}", 303), None)
@@ -288,7 +301,7 @@ def dashboard_router(
 
     @router.get("/ui/live")
     async def live(request: Request) -> Response:
-        v = visit(request)
+        v = await visit(request)
         if v is None or v.new_cookie is not None:
             return finish(request, Response("sign in first", 401, media_type="text/plain"),
                           None)
@@ -345,7 +358,7 @@ def dashboard_router(
     @router.get("/ui/login")
     async def login_page(request: Request) -> Response:
         nxt = safe_next(request.query_params.get("next"))
-        if not auth.required or auth.session(request.cookies.get(COOKIE)) is not None:
+        if not auth.required or await live_session(request) is not None:
             return finish(request, RedirectResponse(nxt, 303), None)
         return page(request, None, "login.html", nav="", next=nxt)
 
@@ -365,13 +378,33 @@ def dashboard_router(
             audit.info("dashboard sign-in refused", extra={"action": "login-refused"})
             return page(request, None, "login.html", 401, nav="", next=nxt,
                         error="Wrong token. Use the token `tether serve` was started with.")
+        cookie = auth.new_session()
+        nonce = auth.session(cookie)
+        assert nonce is not None
+        await runtime.open()  # the row first: the cookie is only good once it is stored
+        await runtime.store.sessions.open_session(auth.digest(nonce), SESSION_TTL)
         record(request, "login")
-        return finish(request, RedirectResponse(nxt, 303), Visit("", auth.new_session()))
+        return finish(request, RedirectResponse(nxt, 303), Visit(nonce, cookie))
 
     @router.post("/ui/logout")
     async def logout(request: Request) -> Response:
-        resp = RedirectResponse("/ui/login?next=/ui" if auth.required else "/ui", 303)
-        resp.delete_cookie(COOKIE, path="/ui")
+        """Sign out: a form of the session, with its CSRF token (another site cannot sign the
+        operator out); with a token the store revokes the session, so the cookie (or a copy
+        of it) is refused from now on."""
+        where = "/ui/login?next=/ui" if auth.required else "/ui"
+        v = await visit(request)
+        if v is None or v.new_cookie is not None:  # no session: nothing to end, nothing set
+            return finish(request, RedirectResponse(where, 303), None)
+        try:
+            await signed_form(request, v)
+        except Refused as exc:
+            return page(request, v, "message.html", exc.status, error=exc.message)
+        if auth.required:
+            await runtime.store.sessions.revoke_session(auth.digest(v.nonce))
+        record(request, "logout")
+        resp = RedirectResponse(where, 303)
+        resp.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict",
+                           secure=request.url.scheme == "https")
         return finish(request, resp, None)
 
     # -- actions ---------------------------------------------------------------------------
@@ -381,9 +414,9 @@ def dashboard_router(
                                   Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
             fields: dict[str, str] = {}
-            v = visit(request)
+            v = await visit(request)
             try:
-                v, fields = await form(request)
+                fields = await form(request, v)
                 return await fn(request, fields)
             except Refused as exc:
                 return await on_error(request, v, exc, fields)

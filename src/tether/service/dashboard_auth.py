@@ -1,15 +1,18 @@
 """Dashboard sessions and CSRF tokens.
 
 A browser cannot send the API's bearer token, so the dashboard has its own session: a cookie
-(HttpOnly, SameSite=Strict, Path=/ui) holding `issued.nonce.mac`, where mac is an HMAC over
-`issued.nonce` with a key derived from the server's token. Nothing is stored server-side: a
-session stays valid across restarts of a server with the same token, becomes invalid when the
-token changes, and expires SESSION_TTL after it was issued. Without a token the key is random
-per process and every visitor gets a session at once (there is nothing to ask for), so forms
-still carry CSRF tokens: another site cannot post to a dashboard on localhost.
+(HttpOnly, SameSite=Strict, Path=/ui) holding `issued.nonce.mac`, where nonce is the random
+session id (32 bytes) and mac is an HMAC over `issued.nonce` with a key derived from the
+server's token. With a token, signing in also records the session in the store (only the
+SHA-256 of its nonce: store/sessions.py), and every request needs that row live: signing out
+revokes it, so a copied cookie stops working at once; sessions outlive a restart of a server
+with the same token, end when the token changes (the mac no longer matches), and expire
+SESSION_TTL after sign-in. Without a token the key is random per process and every visitor
+gets a session at once (there is nothing to ask for, so nothing is stored), so forms still
+carry CSRF tokens: another site cannot post to a dashboard on localhost.
 
-Every form carries `csrf` = HMAC(key, "csrf:" + nonce): bound to the session, so a form from
-an older session or another server is refused as stale.
+Every form (sign-out included) carries `csrf` = HMAC(key, "csrf:" + nonce): bound to the
+session, so a form from an older session or another server is refused as stale.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ class UiAuth:
         return hmac.new(self._key, text.encode(), hashlib.sha256).hexdigest()
 
     def new_session(self) -> str:
-        body = f"{int(time.time())}.{secrets.token_urlsafe(16)}"
+        body = f"{int(time.time())}.{secrets.token_urlsafe(32)}"
         return f"{body}.{self._mac(body)}"
 
     def session(self, cookie: str | None) -> str | None:
@@ -59,6 +62,12 @@ class UiAuth:
         if not 0 <= time.time() - int(issued) < SESSION_TTL:
             return None
         return nonce
+
+    @staticmethod
+    def digest(nonce: str) -> str:
+        """What the store keeps of a session: the SHA-256 (hex) of its nonce, never the nonce
+        (a read of the table gives no cookie)."""
+        return hashlib.sha256(nonce.encode()).hexdigest()
 
     def csrf(self, nonce: str) -> str:
         return self._mac("csrf:" + nonce)

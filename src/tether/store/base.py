@@ -21,6 +21,7 @@ from .deploy_types import WorkerBeat as WorkerBeat
 from .deploy_types import WorkerRecord as WorkerRecord
 from .measure import LoadStats
 from .retention_types import Retention
+from .session_types import UiSessions
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
@@ -554,6 +555,11 @@ class Store(Protocol):
     def deploys(self) -> Deployments:
         """The worker registry and the deployment weights (rainbow deploys), a part of the
         store: see Deployments."""
+
+    @property
+    def sessions(self) -> UiSessions:
+        """The dashboard's sign-ins (revocable sessions), a part of the store: see
+        store/session_types.py."""
 
     async def list_audit(
         self, *, thread_id: str | None = None, action: str | None = None, limit: int = 100,

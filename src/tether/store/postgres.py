@@ -59,6 +59,7 @@ from .pg_retention import PgRetention
 from .pg_steps import add_children, step_params, step_transaction
 from .plan import FINISH, FULL, RELEASE, SPAWN, step_kind, step_wakes, wakes_workers
 from .rows import finished_run, mail_refused, new_run_params, same_run
+from .sessions import PgSessionsPart
 
 __all__ = ["CHANNEL", "EFFECTS_CHANNEL", "PostgresStore"]
 
@@ -78,7 +79,7 @@ def _checkpoint(row: TupleRow) -> CheckpointRecord:
     return CheckpointRecord(*row)
 
 
-class PostgresStore:
+class PostgresStore(PgSessionsPart):
     dialect = "postgres"
 
     def __init__(
@@ -106,9 +107,8 @@ class PostgresStore:
         self._listener = Listener(conns, self.work_available, self.effects_available, debounce)
         self._done_marks = DoneMarks(self.complete_effects, _DONE_BATCH)
         self._fx_after = ""  # where claim_effects' walk over runs stopped (round robin)
-        self.retention = PgRetention(conns, self._q)
         self._code_point_order: bool | None = None  # the database's text order (listing)
-        self.deploys = PgDeployments(conns, self._q)
+        self.retention, self.deploys = PgRetention(conns, self._q), PgDeployments(conns, self._q)
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.safe_url!r})"

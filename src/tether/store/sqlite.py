@@ -44,6 +44,7 @@ from .measure import measure as measure_load
 from .migrate import behind_message, latest, queries
 from .plan import ADVANCE, FINISH, StepWakes, step_kind, step_wakes
 from .rows import finished_run, mail_refused, new_run_params, same_run
+from .sessions import SQLiteSessionsPart
 from .sqlite_deploy import SQLiteDeployments
 from .sqlite_io import Fenced, SQLiteConnections, audited
 from .sqlite_retention import SQLiteRetention
@@ -64,7 +65,7 @@ def _checkpoint(row: tuple[Any, ...]) -> CheckpointRecord:
     return CheckpointRecord(*row)
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteSessionsPart):
     dialect = "sqlite"
 
     def __init__(self, url: str, *, synchronous: str | None = None, busy_timeout: float = 30.0):
@@ -124,8 +125,7 @@ class SQLiteStore:
 
     async def migrate(self) -> list[int]:
         # The IMMEDIATE transaction serializes concurrent migrators across processes.
-        result: list[int] = await self._w(apply_migrations)
-        return result
+        return cast(list[int], await self._w(apply_migrations))
 
     async def now(self) -> float:
         q = self._q["now"]
