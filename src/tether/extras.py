@@ -1,6 +1,7 @@
 """Optional parts of tether and the extra that installs each.
 
-The core install (`pip install tether`: embedded SQLite, the CLI) pulls only what it uses.
+The core install (embedded SQLite, the CLI; from a checkout `pip install .`, or a built wheel)
+pulls only what it uses.
 A part whose libraries come with an extra imports them through `requires_extra`, so a missing
 library is a ConfigError naming the exact `pip install` to run instead of a bare
 ModuleNotFoundError from deep inside tether.
@@ -8,9 +9,12 @@ ModuleNotFoundError from deep inside tether.
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Final
+from typing import Any, Final
 
 from .errors import ConfigError
 
@@ -38,8 +42,33 @@ class MissingExtra(ConfigError):
 
 
 def install_hint(extra: str) -> str:
-    """The command that installs `extra`."""
-    return f'pip install "tether[{extra}]"'
+    """The command that installs `extra`, the way this tether was installed (PEP 610's
+    direct_url.json): from a checkout (editable or not), a wheel file, or an index."""
+    return f'pip install {_source()}"{_target()}[{extra}]"'
+
+
+def _origin() -> dict[str, Any]:
+    try:
+        text = importlib.metadata.distribution("tether").read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        return {}
+    try:
+        found = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _source() -> str:
+    dir_info = _origin().get("dir_info")
+    return "-e " if isinstance(dir_info, dict) and dir_info.get("editable") else ""
+
+
+def _target() -> str:
+    url = _origin().get("url")
+    if isinstance(url, str) and url.startswith("file://"):
+        return urllib.parse.unquote(urllib.parse.urlsplit(url).path)
+    return "tether"
 
 
 @contextmanager

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tether import extras
 from tether.errors import ConfigError
-from tether.extras import EXTRAS, MissingExtra, requires_extra
+from tether.extras import EXTRAS, MissingExtra, install_hint, requires_extra
 
 
 def without(modules: tuple[str, ...], code: str) -> subprocess.CompletedProcess[str]:
@@ -35,7 +36,7 @@ def test_the_postgres_store_names_its_extra() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == (
         "MissingExtra the Postgres store needs the 'postgres' extra (psycopg is not installed): "
-        'pip install "tether[postgres]"')
+        + install_hint("postgres"))
 
 
 def test_sqlite_needs_no_extra() -> None:
@@ -56,7 +57,7 @@ def test_tether_serve_names_its_extra() -> None:
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "tether: error: tether serve needs the 'server' extra (uvicorn is not installed): "
-        'pip install "tether[server]"')
+        + install_hint("server"))
     assert "Traceback" not in proc.stderr
 
 
@@ -73,7 +74,7 @@ def test_missing_extra_is_a_config_error() -> None:
     exc = MissingExtra("server", "tether serve", "uvicorn")
     assert isinstance(exc, ConfigError)
     assert (exc.extra, exc.module) == ("server", "uvicorn")
-    assert str(exc).endswith('pip install "tether[server]"')
+    assert str(exc).endswith(install_hint("server"))
 
 
 def test_tether_langgraph_names_its_extra() -> None:
@@ -87,7 +88,7 @@ def test_tether_langgraph_names_its_extra() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == (
         "MissingExtra tether.langgraph needs the 'langgraph' extra (langgraph is not installed): "
-        'pip install "tether[langgraph]"')
+        + install_hint("langgraph"))
 
 
 def test_tether_saver_on_postgres_names_its_extra() -> None:
@@ -102,7 +103,7 @@ def test_tether_saver_on_postgres_names_its_extra() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == (
         "MissingExtra TetherSaver on Postgres needs the 'postgres' extra (psycopg is not "
-        'installed): pip install "tether[postgres]"')
+        'installed): ' + install_hint("postgres"))
 
 
 def test_metrics_port_without_the_metrics_extra_names_it(tmp_path: Path) -> None:
@@ -117,7 +118,7 @@ def test_metrics_port_without_the_metrics_extra_names_it(tmp_path: Path) -> None
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "tether: error: tether worker --metrics-port needs the 'metrics' extra "
-        '(prometheus_client is not installed): pip install "tether[metrics]"')
+        '(prometheus_client is not installed): ' + install_hint("metrics"))
 
 
 def test_tracing_asked_for_without_the_otel_extra_names_it(tmp_path: Path) -> None:
@@ -134,7 +135,7 @@ def test_tracing_asked_for_without_the_otel_extra_names_it(tmp_path: Path) -> No
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "tether: error: tether worker with OTEL_TRACES_EXPORTER set needs the 'otel' extra "
-        '(opentelemetry is not installed): pip install "tether[otel]"')
+        '(opentelemetry is not installed): ' + install_hint("otel"))
 
 
 def test_metrics_and_tracing_are_off_without_their_extras() -> None:
@@ -145,3 +146,21 @@ def test_metrics_and_tracing_are_off_without_their_extras() -> None:
         """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[] []"
+
+
+@pytest.mark.parametrize(("origin", "hint"), [
+    ({}, 'pip install "tether[postgres]"'),
+    ({"url": "file:///work/tether", "dir_info": {"editable": True}},
+     'pip install -e "/work/tether[postgres]"'),
+    ({"url": "file:///src/my%20tether", "dir_info": {}}, 'pip install "/src/my tether[postgres]"'),
+    ({"url": "file:///dl/tether-0.1.0-py3-none-any.whl", "archive_info": {}},
+     'pip install "/dl/tether-0.1.0-py3-none-any.whl[postgres]"'),
+    ({"url": "https://example.com/tether.tar.gz", "archive_info": {}},
+     'pip install "tether[postgres]"'),
+])
+def test_the_hint_follows_how_tether_was_installed(monkeypatch: pytest.MonkeyPatch,
+                                                   origin: dict[str, object], hint: str) -> None:
+    """No `tether` on the package index here: a hint names the checkout or the wheel it
+    came from (PEP 610's direct_url.json), `tether[...]` only for an index install."""
+    monkeypatch.setattr(extras, "_origin", lambda: origin)
+    assert install_hint("postgres") == hint
