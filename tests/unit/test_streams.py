@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
+from tether.service import streams
 from tether.service.streams import HeldStream, SharedPoller, StreamSlots, TooManyStreams
 
 
@@ -29,6 +30,27 @@ def test_slots_cap_each_client_and_the_server_and_forget_a_client_gone() -> None
     for s in (a2, b1, c1):
         s.release()
     assert slots.open == 0 and slots._by_client == {}  # nothing kept of closed streams
+
+
+async def test_memory_is_handed_back_once_many_streams_have_closed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    released: list[int] = []
+    slots = StreamSlots(total=100, per_client=100)
+    monkeypatch.setattr(streams, "release_memory", lambda: released.append(slots.open))
+    held = [slots.acquire("a") for _ in range(40)]
+    for s in held[:5]:
+        s.release()
+    await asyncio.sleep(1.2)
+    assert released == []  # a few closed: nothing to hand back yet
+    for s in held[5:]:
+        s.release()
+    await asyncio.sleep(1.2)
+    assert released == [0]  # once, after the rush
+    more = [slots.acquire("a") for _ in range(3)]
+    for s in more:
+        s.release()
+    await asyncio.sleep(1.2)
+    assert released == [0]
 
 
 async def test_a_stream_never_sent_still_gives_its_slot_back() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import ctypes
 import gc
 import logging
@@ -110,7 +111,9 @@ class SharedPoller(Generic[T]):
             entry = self._keys[key] = _Key(probe)
         entry.followers.add(me)
         if not self.running:
-            self._task = asyncio.create_task(self._run(), name=f"tether-{self.what}")
+            # A context of its own: not the first follower's request's (its trace span).
+            self._task = asyncio.create_task(self._run(), name=f"tether-{self.what}",
+                                             context=contextvars.Context())
         try:
             yield me
         finally:
