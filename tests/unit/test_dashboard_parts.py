@@ -1,11 +1,13 @@
 """The dashboard's pure parts: the state diff, sessions and CSRF tokens, the runs filter and
-its cursor, the live hub's one poller per topic, and the shipped templates and assets."""
+its cursor, the live hub's one poller for every topic, and the shipped templates and assets."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import time
+from collections.abc import Awaitable, Callable
 from importlib import resources
 
 import orjson
@@ -159,6 +161,29 @@ async def test_one_poller_per_topic_tells_each_follower_what_it_has_not_seen() -
     settled = calls
     await asyncio.sleep(0.05)
     assert calls == settled  # the last follower stopped the poller
+
+
+async def test_tabs_on_many_views_share_one_poller() -> None:
+    hub = LiveHub(poll=0.01)
+    calls: dict[str, int] = {}
+
+    def probe(topic: str) -> Callable[[], Awaitable[str]]:
+        async def fingerprint() -> str:
+            calls[topic] = calls.get(topic, 0) + 1
+            return "v1"
+        return fingerprint
+
+    def live_tasks() -> list[asyncio.Task[object]]:
+        return [t for t in asyncio.all_tasks() if "live" in t.get_name()]
+
+    async with contextlib.AsyncExitStack() as stack:
+        for i in range(5):
+            await stack.enter_async_context(hub.follow(f"run:{i}", probe(f"run:{i}"), "v1"))
+        assert len(live_tasks()) == 1  # not one per view
+        await asyncio.sleep(0.1)
+        assert set(calls) == {f"run:{i}" for i in range(5)}  # and it polls each of them
+    await asyncio.sleep(0.05)
+    assert live_tasks() == []  # the last tab gone, the poller is too
 
 
 async def test_a_failing_probe_does_not_end_the_poller(caplog: pytest.LogCaptureFixture) -> None:

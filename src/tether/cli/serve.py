@@ -19,6 +19,9 @@ from ._root import cli
 
 REQUEST_TIMEOUT = 10.0
 MAX_CONNECTIONS = 1000
+MAX_STREAMS = 1000
+MAX_STREAMS_PER_CLIENT = 50
+"""The defaults of tether.service.streams (not imported here: the CLI loads without FastAPI)."""
 MIN_TOKEN = 16
 """The shortest token a server reachable from other machines accepts: guesses are throttled,
 but a short token would still fall to a patient attacker."""
@@ -89,6 +92,14 @@ def allowed_hosts(flags: tuple[str, ...], host: str) -> list[str]:
               help="seconds a client has to send a request's headers and body")
 @click.option("--max-connections", type=POSITIVE_INT, default=MAX_CONNECTIONS,
               show_default=True, help="open connections at most; more are refused with 503")
+@click.option("--max-streams", type=POSITIVE_INT, default=MAX_STREAMS, show_default=True,
+              envvar="TETHER_MAX_STREAMS",
+              help="event streams open at once at most (API and dashboard; default "
+                   "$TETHER_MAX_STREAMS, else 1000); more are refused with 429")
+@click.option("--max-streams-per-client", type=POSITIVE_INT, default=MAX_STREAMS_PER_CLIENT,
+              show_default=True, envvar="TETHER_MAX_STREAMS_PER_CLIENT",
+              help="event streams one client address has open at most (default "
+                   "$TETHER_MAX_STREAMS_PER_CLIENT, else 50); more are refused with 429")
 @click.option("--api-docs", is_flag=True,
               help="serve /docs and /redoc (their pages load scripts from a CDN)")
 @click.option("--worker", is_flag=True, help="also run a worker in this process")
@@ -102,7 +113,8 @@ def allowed_hosts(flags: tuple[str, ...], host: str) -> list[str]:
 @connection_options
 def serve(host: str, port: int, token: str | None, token_file: Path | None,
           token_name: str | None, allowed_host: tuple[str, ...], request_timeout: float,
-          max_connections: int, api_docs: bool, worker: bool, read_only: bool,
+          max_connections: int, max_streams: int, max_streams_per_client: int, api_docs: bool,
+          worker: bool, read_only: bool,
           concurrency: int | None, lease_ttl: float | None, db: str | None, app: str | None,
           verbose: bool) -> int:
     async def main() -> int:
@@ -134,7 +146,8 @@ def serve(host: str, port: int, token: str | None, token_file: Path | None,
         await rt.open()  # a missing schema or unreachable database is a clear error
         asgi = create_app(rt, token=bearer, worker_concurrency=rt.settings.concurrency if worker else None,
                           read_only=read_only, token_name=name, allowed_hosts=hosts,
-                          api_docs=api_docs)
+                          api_docs=api_docs, max_streams=max_streams,
+                          max_streams_per_client=max_streams_per_client)
         config = uvicorn.Config(
             asgi, host=host, port=port, lifespan="on", access_log=verbose,
             log_level="info" if verbose else "warning", timeout_graceful_shutdown=5,

@@ -22,7 +22,7 @@ import orjson
 from fastapi import FastAPI, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
@@ -45,7 +45,7 @@ from ..runtime import Runtime
 from ..types import RunStatus
 from .batch import add_batch_route
 from .dashboard import dashboard_router
-from .events import encode, run_events
+from .events import encode, run_events, run_poller
 from .guard import CLIENT_HEADER, Guard, error_response
 from .models import (
     MAX_ID,
@@ -74,6 +74,15 @@ from .models import (
     sse_schema,
 )
 from .observe import add_audit_route, add_metrics_route, metrics_available, observing
+from .streams import (
+    MAX_STREAMS,
+    MAX_STREAMS_PER_CLIENT,
+    RETRY_AFTER,
+    HeldStream,
+    StreamSlots,
+    TooManyStreams,
+    client_of,
+)
 
 log = logging.getLogger("tether.service")
 
@@ -123,6 +132,14 @@ def _errors(*codes: int, explicit: bool = False) -> dict[int | str, dict[str, An
     return {c: {"model": ErrorBody, "description": HTTPStatus(c).phrase} for c in codes}
 
 
+_TOO_MANY_STREAMS: dict[str, Any] = {
+    "description": "Too Many Requests: the client, or the server, has as many streams open as "
+                   "its caps allow (tether serve --max-streams-per-client, --max-streams)",
+    "headers": {"Retry-After": {"description": f"seconds to wait ({RETRY_AFTER})",
+                                "schema": {"type": "integer"}}},
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
+
+
 def encode_cursor(created_at: float, thread_id: str) -> str:
     raw = orjson.dumps([created_at, thread_id])
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
@@ -153,7 +170,7 @@ def _check_json(value: Any, what: str) -> None:
         raise SerializationError(f"{what} cannot be stored as JSON: {exc}") from None
 
 
-class EventStream(StreamingResponse):
+class EventStream(HeldStream):
     media_type = "text/event-stream"
 
 
@@ -184,17 +201,26 @@ def create_app(
     token_name: str | None = None,
     allowed_hosts: Iterable[str] = (),
     api_docs: bool = False,
+    max_streams: int = MAX_STREAMS,
+    max_streams_per_client: int = MAX_STREAMS_PER_CLIENT,
 ) -> FastAPI:
     """The HTTP API over `runtime`, and the dashboard under /ui. With `token`, every endpoint
     but /healthz requires `Authorization: Bearer <token>` (the dashboard asks for it once).
     `read_only` refuses every request that would change something. Requests must name this
     server in their Host (loopback names, the address they came in on, `allowed_hosts`; "*"
     for any), and writes must not come from another site's page (tether.service.guard).
-    `api_docs` serves /docs and /redoc (pages that load their scripts from a CDN). With
+    `api_docs` serves /docs and /redoc (pages that load their scripts from a CDN). Event
+    streams (the API's and the dashboard's) are capped: `max_streams` open in all and
+    `max_streams_per_client` per client address, else 429 (tether.service.streams). With
     `worker_concurrency`, a worker runs inside the server's event loop for the app's lifetime
     (stopped cleanly on shutdown)."""
     if worker_concurrency is not None and worker_concurrency < 1:
         raise ConfigError(f"worker_concurrency must be >= 1, got {worker_concurrency}")
+    if max_streams < 1 or max_streams_per_client < 1:
+        raise ConfigError(f"max_streams and max_streams_per_client must be >= 1, got "
+                          f"{max_streams} and {max_streams_per_client}")
+    slots = StreamSlots(max_streams, max_streams_per_client)
+    rows = run_poller(events_poll)  # one poller for every event stream
     worker: dict[str, asyncio.Task[None]] = {}
     metrics = Metrics() if metrics_available() else None
     # Who the audit log names for actions over HTTP: the token's name (one token, one name).
@@ -227,6 +253,7 @@ def create_app(
                     log.warning("embedded worker did not stop within %.0fs", grace)
                 except Exception:
                     log.exception("embedded worker failed")
+            await rows.close()
             await runtime.close()
 
     app = FastAPI(
@@ -243,10 +270,13 @@ def create_app(
     app.add_middleware(Guard, token=token or None, max_body=max_body_bytes, read_only=read_only,
                        allowed_hosts=tuple(allowed_hosts), routes=app.router.routes)
     app.state.draining = False
+    app.state.streams = slots
+    app.state.run_poller = rows
     # The dashboard's actions name the token's too; without a token, "dashboard".
     app.include_router(dashboard_router(runtime, token=token or None, read_only=read_only,
                                         actor=actor if token else "dashboard",
-                                        draining=lambda: app.state.draining))
+                                        draining=lambda: app.state.draining,
+                                        slots=slots))
     add_metrics_route(app, runtime, metrics)
     add_audit_route(app, runtime)
 
@@ -261,6 +291,11 @@ def create_app(
             return JSONResponse({"error": {"type": "RunPruned", "message": str(exc),
                                            "pruned_at": exc.pruned_at}}, status_code=410)
         return error_response(status, type(exc).__name__, str(exc))
+
+    @app.exception_handler(TooManyStreams)
+    async def too_many_streams(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, TooManyStreams)
+        return error_response(exc.status, exc.type, exc.message, headers=exc.headers)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: Exception) -> JSONResponse:
@@ -421,19 +456,21 @@ def create_app(
         responses={200: {"description": "Server-Sent Events: status, step, interrupted, "
                          "resumed, sleeping, stream, then one of completed, failed, cancelled",
                          "content": {"text/event-stream": {"schema": sse_schema()}}},
-                   **_errors(401, 404, 422, explicit=True)},
+                   429: _TOO_MANY_STREAMS, **_errors(401, 404, 422, explicit=True)},
     )
-    async def follow_run(thread_id: ThreadId) -> EventStream:
-        """Follow the run: an initial `status` event, then its events until it is finished."""
+    async def follow_run(request: Request, thread_id: ThreadId) -> EventStream:
+        """Follow the run: an initial `status` event, then its events until it is finished.
+        429 past the server's caps on open streams (per client and in all)."""
         rec = await runtime.peek(thread_id)  # RunNotFound: a 404 before the stream starts
+        slot = slots.acquire(client_of(request.scope))  # TooManyStreams: a 429
 
         async def frames() -> AsyncIterator[bytes]:
-            async for ev in run_events(runtime, rec, poll=events_poll,
+            async for ev in run_events(runtime, rec, poll=events_poll, poller=rows,
                                        draining=lambda: app.state.draining):
                 yield encode(ev)
 
-        return EventStream(frames(), headers={"Cache-Control": "no-cache",
-                                              "X-Accel-Buffering": "no"})
+        return EventStream(frames(), slot=slot, headers={"Cache-Control": "no-cache",
+                                                         "X-Accel-Buffering": "no"})
 
     # -- interrupts, health ----------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, quote
 
 import orjson
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ..errors import (
     DefinitionError,
@@ -40,6 +40,7 @@ from .dashboard_input import Refused, RunFilter, check_id, parse_weights
 from .dashboard_live import LiveHub
 from .dashboard_render import environment, render, state_diff, states_at, view_url
 from .events import encode
+from .streams import HeldStream, StreamSlots, client_of
 
 T = TypeVar("T")
 log = logging.getLogger("tether.dashboard")
@@ -99,10 +100,12 @@ def dashboard_router(
     live_poll: float = 0.5,
     draining: Callable[[], bool] = lambda: False,
     actor: str = "dashboard",
+    slots: StreamSlots | None = None,
 ) -> APIRouter:
     """The dashboard's routes, all under /ui and none in the OpenAPI schema. With `token`,
     every page and action needs a session made by signing in with it; `read_only` shows the
-    views without any action. The audit log names `actor` for its actions."""
+    views without any action. The audit log names `actor` for its actions. Live views hold
+    one of `slots` each while open (429 past its caps)."""
     auth = UiAuth(token)
     hub = LiveHub(live_poll)
     env = environment()
@@ -320,6 +323,8 @@ def dashboard_router(
             return finish(request, Response("unknown topic", 404, media_type="text/plain"),
                           None)
 
+        slot = None if slots is None else slots.acquire(client_of(request.scope))
+
         async def frames() -> AsyncIterator[bytes]:
             yield b"retry: 2000\n\n"
             async with hub.follow(topic, p, seen) as changes:
@@ -336,8 +341,8 @@ def dashboard_router(
                     quiet = 0.0
                     yield encode({"type": "changed", "topic": topic})
 
-        resp = StreamingResponse(frames(), media_type="text/event-stream",
-                                 headers={"X-Accel-Buffering": "no"})
+        resp = HeldStream(frames(), slot=slot, media_type="text/event-stream",
+                          headers={"X-Accel-Buffering": "no"})
         return finish(request, resp, None)
 
     @router.get("/ui/static/{name}")

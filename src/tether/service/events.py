@@ -3,16 +3,18 @@
 Two sources are merged: `runtime.subscribe` (live events, including `ctx.stream` ones, when a
 worker runs in this process) and a poller that reads the run row every `poll` seconds and
 synthesizes the same event types when the row changed, so a client sees progress when the
-worker is another process. Step events are monotonic: a step is announced once, by whichever
-source sees it first; under the poller, steps committed between two polls coalesce into one
-event for the latest. The stream ends after one terminal event (completed, failed, cancelled).
+worker is another process. The poller is shared (`run_poller`, a `SharedPoller`): one read of
+a run per poll however many streams follow it, one task for all of them. Step events are
+monotonic: a step is announced once, by whichever source sees it first; under the poller,
+steps committed between two polls coalesce into one event for the latest. The stream ends
+after one terminal event (completed, failed, cancelled).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from typing import Any
 
 import orjson
@@ -20,8 +22,30 @@ import orjson
 from ..errors import RunNotFound
 from ..runtime import Runtime
 from ..types import TERMINAL, Run
+from .streams import SharedPoller
 
 Event = dict[str, Any]
+RunPoller = SharedPoller[Run | None]
+"""Polls run rows for every event stream of a server; None: the run is gone."""
+
+
+def _row_fingerprint(row: Run | None) -> Hashable:
+    if row is None:
+        return None
+    return (str(row.status), row.step, row.updated_at, row.attempt, row.node, row.version,
+            row.wake_at, row.waiting_for)
+
+
+def run_poller(poll: float = 0.25) -> RunPoller:
+    """The poller event streams share (one per server)."""
+    return SharedPoller(poll, "event stream poll", _row_fingerprint)
+
+
+async def _peek(runtime: Runtime, thread_id: str) -> Run | None:
+    try:
+        return await runtime.peek(thread_id)
+    except RunNotFound:
+        return None
 
 
 class _Tracker:
@@ -132,11 +156,14 @@ async def run_events(
     poll: float = 0.25,
     keepalive: float = 15.0,
     draining: Callable[[], bool] = lambda: False,
+    poller: RunPoller | None = None,
 ) -> AsyncIterator[Event | None]:
     """The run's events, starting with a `status` event; None means "send a keepalive".
-    Ends early (within `poll`) once `draining()` is true: the server is shutting down."""
+    Ends early (within `poll`) once `draining()` is true: the server is shutting down. The
+    run's row is read by `poller` (the server's, shared by its streams; default: its own)."""
     thread_id = rec.thread_id
-    queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=10_000)
+    # Live events; None: the poller has a new row for this stream.
+    queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=10_000)
 
     async def pump() -> None:
         async for ev in runtime.subscribe(thread_id):
@@ -145,6 +172,13 @@ async def run_events(
             if not queue.full():
                 queue.put_nowait(ev)
 
+    def arrived() -> None:
+        if not queue.full():
+            queue.put_nowait(None)
+
+    rows = run_poller(poll) if poller is None else poller
+    following = rows.follow(thread_id, lambda: _peek(runtime, thread_id), wake=arrived)
+    row_of = await following.__aenter__()
     task = asyncio.create_task(pump())
     loop = asyncio.get_running_loop()
     try:
@@ -176,21 +210,20 @@ async def run_events(
                     if out["type"] in TERMINAL:
                         return
                 continue
-            if loop.time() < next_poll:
+            if loop.time() < next_poll and not row_of.changed.is_set():
                 continue
             if draining():
                 return
-            try:
-                row = await runtime.peek(thread_id)
-            except RunNotFound:
-                return
-            finally:
-                next_poll = loop.time() + poll
-            for ev in await tracker.poll(runtime, row):
-                last_sent = loop.time()
-                yield ev
-                if ev["type"] in TERMINAL:
+            next_poll = loop.time() + poll
+            if row_of.changed.is_set():
+                row = row_of.take()
+                if row is None:  # the run is gone
                     return
+                for ev in await tracker.poll(runtime, row):
+                    last_sent = loop.time()
+                    yield ev
+                    if ev["type"] in TERMINAL:
+                        return
             if loop.time() - last_sent >= keepalive:
                 last_sent = loop.time()
                 yield None
@@ -198,6 +231,9 @@ async def run_events(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        await following.__aexit__(None, None, None)
+        if poller is None:
+            await rows.close()
 
 
 def encode(ev: Event | None) -> bytes:
