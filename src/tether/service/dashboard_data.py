@@ -187,7 +187,8 @@ class Views:
         else:
             run = dataclasses.replace(await self.runtime.get(thread_id), inbox_depth=len(inbox))
         roots, shown, cut = await self.tree(children)
-        return {"run": run, "interrupts": interrupts, "effects": effects, "inbox": inbox,
+        return {"run": run, "usage": await self.runtime.usage(thread_id),
+                "interrupts": interrupts, "effects": effects, "inbox": inbox,
                 "sent": sent[:SENT_CAP], "sent_more": len(sent) > SENT_CAP,
                 "sent_cap": SENT_CAP,
                 "timeline": tl, "fp": fp,

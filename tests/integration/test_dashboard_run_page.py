@@ -1,0 +1,73 @@
+"""The run page says what an operator asks first: the node that failed (not "next node -"),
+how long the run took (or has taken so far), and the tokens its journaled LLM calls used."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+import httpx
+
+from apps import inprocess
+from tether import Agent, Command, Context, RetryPolicy, finish, goto
+from tether.service.api import create_app
+
+WAIT = 20.0
+make_runtime = functools.partial(inprocess.make_runtime, poll_interval=0.02)
+
+
+def reply() -> dict[str, Any]:
+    return {"text": "ok", "usage": {"input_tokens": 1200, "output_tokens": 34}}
+
+
+def agents() -> list[Agent]:
+    talk, boom = Agent("talk"), Agent("boom", retry=RetryPolicy(attempts=1))
+
+    @talk.node(start=True)
+    async def ask_model(state: dict[str, Any], ctx: Context) -> Command:
+        await ctx.call(reply)
+        return goto("wait_here", {})
+
+    @talk.node
+    async def wait_here(state: dict[str, Any], ctx: Context) -> Command:
+        return finish({"answer": ctx.interrupt({"ok?": 1})})
+
+    @boom.node(start=True)
+    async def prepare(state: dict[str, Any], ctx: Context) -> Command:
+        return goto("explode", {})
+
+    @boom.node
+    async def explode(state: dict[str, Any], ctx: Context) -> Command:
+        raise RuntimeError("nope")
+
+    return [talk, boom]
+
+
+def field(html: str, name: str) -> str | None:
+    found = re.search(rf'data-field="{name}">([^<]*)<', html)
+    return None if found is None else found.group(1)
+
+
+async def test_the_run_page_names_the_failed_node_and_shows_duration_and_tokens(
+        db_url: str) -> None:
+    rt = make_runtime(db_url, *agents())
+    async with inprocess.working(rt):
+        talking = await rt.start("talk", {})
+        failed = await rt.start("boom", {})
+        await rt.wait(talking.thread_id, timeout=WAIT, until="waiting")
+        await rt.wait(failed.thread_id, timeout=WAIT)
+        assert (await rt.usage(talking.thread_id)) == {"input_tokens": 1200,
+                                                          "output_tokens": 34}
+        app = create_app(rt)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://127.0.0.1") as c:
+            page = (await c.get(f"/ui/runs/{failed.thread_id}")).text
+            assert field(page, "failed-node") == "explode"
+            assert "next node" not in page
+            assert field(page, "duration") is not None
+            assert "so far" not in (field(page, "duration") or "")
+            page = (await c.get(f"/ui/runs/{talking.thread_id}")).text
+            assert field(page, "usage") == "input tokens 1,200 · output tokens 34"
+            assert (field(page, "duration") or "").endswith("so far")
+            assert field(page, "failed-node") is None
