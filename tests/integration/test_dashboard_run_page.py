@@ -71,3 +71,59 @@ async def test_the_run_page_names_the_failed_node_and_shows_duration_and_tokens(
             assert field(page, "usage") == "input tokens 1,200 · output tokens 34"
             assert (field(page, "duration") or "").endswith("so far")
             assert field(page, "failed-node") is None
+
+
+async def form_poster(c: httpx.AsyncClient, path: str) -> Any:
+    page = (await c.get(path)).text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert csrf is not None, page[-500:]
+
+    async def post(action: str, **fields: str) -> httpx.Response:
+        return await c.post(action, data={"csrf": csrf.group(1), **fields})
+
+    return page, post
+
+
+async def test_mail_from_the_run_page(db_url: str) -> None:
+    rt = make_runtime(db_url, *agents())
+    async with inprocess.working(rt):
+        talking = await rt.start("talk", {})
+        await rt.wait(talking.thread_id, timeout=WAIT, until="waiting")
+        app = create_app(rt)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://127.0.0.1") as c:
+            page, post = await form_poster(c, f"/ui/runs/{talking.thread_id}")
+            assert f'action="/ui/runs/{talking.thread_id}/send"' in page
+            r = await post(f"/ui/runs/{talking.thread_id}/send", message='{"ask": "status"}',
+                           sender="ops")
+            assert r.status_code == 303 and r.headers["location"].endswith("?done=sent")
+            inbox = await rt.inbox(talking.thread_id)
+            assert [(m.body, m.sender) for m in inbox] == [({"ask": "status"}, "ops")]
+            bad = await post(f"/ui/runs/{talking.thread_id}/send", message="status")
+            assert bad.status_code == 400 and "a string is quoted" in bad.text
+            assert 'value="status"' in bad.text  # the form keeps what was typed
+            assert len(await rt.inbox(talking.thread_id)) == 1
+            alive = next(w for w in await rt.workers() if w.alive)
+            refused = await post("/ui/workers/release", worker=alive.id)
+            assert refused.status_code == 409 and "is alive" in refused.text
+            assert "<h1>Workers</h1>" in refused.text  # back on its page, with the error
+
+
+async def test_a_dead_workers_runs_are_released_from_the_workers_page(db_url: str) -> None:
+    rt = make_runtime(db_url, *agents())
+    try:
+        run = await rt.start("boom", {})
+        # A worker that claimed the run with a long TTL and then died (nothing renews it).
+        claimed = await rt.store.claim_runs("dead:1:x", "v1", ["boom"], 10, 3600)
+        assert [r.thread_id for r in claimed] == [run.thread_id]
+        app = create_app(rt)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://127.0.0.1") as c:
+            _, post = await form_poster(c, f"/ui/runs/{run.thread_id}")  # its CSRF token
+            r = await post("/ui/workers/release", worker="dead:1:x")
+            assert r.status_code == 303 and r.headers["location"].endswith("?done=released")
+        row = await rt.peek(run.thread_id)
+        assert (row.status.value, row.lease_owner) == ("queued", None)
+        assert (await rt.audit(limit=1))[0].action == "release"
+    finally:
+        await rt.close()

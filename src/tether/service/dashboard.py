@@ -38,6 +38,8 @@ from .dashboard_auth import COOKIE, SESSION_TTL, UiAuth
 from .dashboard_data import Views
 from .dashboard_input import Refused, RunFilter, check_id, parse_weights
 from .dashboard_live import LiveHub
+from .dashboard_more import NOTICES as MORE_NOTICES
+from .dashboard_more import add_more_actions
 from .dashboard_render import environment, render, state_diff, states_at, view_url
 from .events import encode
 from .streams import HeldStream, StreamSlots, client_of
@@ -70,6 +72,7 @@ NOTICES = {
     "drained": "Draining: no new run goes to that version; its open runs finish on it.",
     "retired": "Retired: that version never takes a run again.",
     "signed-out": "Signed out.",
+    **MORE_NOTICES,
 }
 
 
@@ -452,6 +455,9 @@ def dashboard_router(
             return page(request, v, "deployments.html", exc.status, nav="deployments",
                         live="deployments", error=exc.message, typed=fields,
                         **await views.deployments())
+        if request.url.path.startswith("/ui/workers"):
+            return page(request, v, "workers.html", exc.status, nav="workers", live="workers",
+                        error=exc.message, **await views.workers())
         if request.url.path.startswith("/ui/effects"):
             return page(request, v, "effects.html", exc.status, nav="effects", live="effects",
                         error=exc.message, **await effects_data())
@@ -557,6 +563,7 @@ def dashboard_router(
                          methods=["POST"])
     router.add_api_route("/ui/interrupts/resume", action(do_resume, back_to), methods=["POST"])
     router.add_api_route("/ui/effects/retry", action(do_retry, back_to), methods=["POST"])
+    add_more_actions(router, runtime, actor, action, back_to_run, back_to, done, record)
 
     @router.get("/ui/{rest:path}")
     @view
