@@ -114,3 +114,38 @@ async def test_effects_done_and_dead_are_counted_as_the_store_has_them(db_url: s
         (("name", "card.charge"),): done + 2 * dead}
     # The embedded worker's store: its group commits are counted too.
     assert sum(gauges(text, "tether_commit_batch_size_count").values()) > 0
+
+
+async def test_effects_waiting_for_a_handler_show_as_pending(db_url: str) -> None:
+    """tether_effects_open{status="pending"} with a non-zero count: the mailer is down, so
+    each effect failed once and waits a minute for its next attempt; the gauge says how
+    many wait."""
+    agent = tether.Agent("fxwait")
+
+    @agent.node(start=True)
+    async def notify(state: dict[str, int], ctx: tether.Context) -> tether.Command:
+        ctx.effect("mail.send", {"n": state["n"]})
+        return tether.finish({})
+
+    rt = tether.Runtime(db_url, agents=[agent], version="v1", poll_interval=0.05)
+
+    @rt.effect("mail.send", retry=tether.RetryPolicy(attempts=5, initial=60, jitter=0.0))
+    async def send(payload: dict[str, int], key: str) -> None:
+        raise ConnectionError("mailer down")
+
+    asgi = create_app(rt, worker_concurrency=4)
+    async with asgi.router.lifespan_context(asgi):
+        for n in range(5):
+            await rt.start(agent, {"n": n}, thread_id=f"fw{n}")
+
+        async def waiting() -> bool:
+            effects = await rt.effects(status="pending", limit=10)
+            return len(effects) == 5 and all(e.attempts == 1 for e in effects)
+
+        await eventually(waiting, what="every effect failed once, waiting")
+        asgi.state.store_gauges.read_at = float("-inf")
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
+                                     base_url="http://127.0.0.1") as c:
+            text = (await c.get("/metrics")).text
+    assert gauges(text, "tether_effects_open")[(("status", "pending"),)] == 5
+    assert len(await rt.effects(status="pending", limit=10)) == 5
