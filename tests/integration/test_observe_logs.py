@@ -41,3 +41,44 @@ async def test_one_json_line_per_finished_run_and_per_failure(db_url: str) -> No
     assert sorted(failures) == sorted([
         (ok.thread_id, 1, "exception", False), (bad.thread_id, 1, "exception", False),
         (bad.thread_id, 2, "exception", False), (bad.thread_id, 3, "exception", True)])
+
+
+async def test_exec_ms_sums_every_drive_of_the_run(db_url: str) -> None:
+    """A run parked for a person and resumed is driven twice: its finished line's exec_ms
+    holds the steps of both drives (it held only the last drive's)."""
+    import asyncio
+
+    from tether import Agent, Command, Context, finish, goto
+
+    agent = Agent("slowask")
+
+    @agent.node(start=True)
+    async def think(state: dict[str, int], ctx: Context) -> Command:
+        await asyncio.sleep(0.2)
+        return goto("ask", {})
+
+    @agent.node
+    async def ask(state: dict[str, int], ctx: Context) -> Command:
+        answer = ctx.interrupt({"ok?": 1})
+        await asyncio.sleep(0.05)
+        return finish({"answer": answer})
+
+    out = io.StringIO()
+    rt = app.make_runtime().with_db(db_url)
+    rt.registry.add_agent(agent)
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    formatters = [h.formatter for h in handlers]
+    try:
+        enable_json_logs(rt, out)
+        async with working(rt):
+            run = await rt.start(agent, {})
+            await rt.wait(run.thread_id, timeout=WAIT, until="waiting")
+            await rt.resume(run.thread_id, "yes")
+            assert (await rt.wait(run.thread_id, timeout=WAIT)).status == "completed"
+    finally:
+        for h, f in zip(handlers, formatters, strict=True):
+            h.setFormatter(f)
+    line = next(json.loads(raw) for raw in out.getvalue().splitlines()
+                if json.loads(raw)["event"] == "run_finished")
+    assert line["exec_ms"] >= 250, line  # 200 ms before the park, 50 ms after

@@ -3,8 +3,8 @@
 
 A finished run's line: event "run_finished", thread_id, agent, version, status, steps (the
 run's last step), attempts (executions of its last step), and wait_ms (created to first claim,
-when this process made that claim), exec_ms (the steps of the drive that finished it: node
-and commit),
+when this process made that claim), exec_ms (the run's steps, node and commit, summed over
+every drive of it in this process: before and after a park for a person, a retry, a release),
 total_ms (created to finished). A failure's line: event "step_failed", with node, step,
 attempt, category, final and error.
 """
@@ -32,6 +32,8 @@ class JsonLogs:
         # Queue waits of runs first claimed here, until they finish (a retry or a resume is
         # another drive of the run); bounded, oldest forgotten first.
         self.waits: dict[str, float] = {}
+        self.execs: dict[str, float] = {}
+        """Steps' time of runs whose drive here ended open (parked, released), by thread_id."""
 
     def write(self, record: dict[str, Any]) -> None:
         stream = self.stream if self.stream is not None else sys.stderr
@@ -64,7 +66,7 @@ class _RunLog:
         self.log = log
         self.run = run
         self.worker = worker
-        self.exec = 0.0
+        self.exec = log.execs.pop(run.thread_id, 0.0)  # its earlier drives in this process
         if run.step == 0 and run.attempt <= 1:
             if len(log.waits) >= 100_000:
                 del log.waits[next(iter(log.waits))]
@@ -82,6 +84,14 @@ class _RunLog:
 
     def parked(self, step: int, node: str, attempt: int, started: float, kind: str) -> None:
         self.exec += time.time() - started
+        self._keep()
+
+    def _keep(self) -> None:
+        """The drive ends with the run open: its steps' time is added to the next drive's."""
+        execs = self.log.execs
+        if len(execs) >= 100_000:
+            del execs[next(iter(execs))]
+        execs[self.run.thread_id] = self.exec
 
     def failed(self, step: int, node: str | None, attempt: int, started: float,
                category: FailureCategory, exc: BaseException, final: bool) -> None:
@@ -96,7 +106,7 @@ class _RunLog:
             self._finished("failed", step - 1, attempt, now)
 
     def released(self, reason: str) -> None:
-        pass
+        self._keep()
 
     def _finished(self, status: str, steps: int, attempts: int, at: float) -> None:
         run = self.run
