@@ -44,10 +44,11 @@ from ..observe.metrics import Metrics
 from ..runtime import Runtime
 from ..types import RunStatus
 from .dashboard import dashboard_router
-from .events import encode, run_events
+from .events import encode, run_events, valid_event_id
 from .guard import CLIENT_HEADER, Guard, error_response
 from .models import (
     MAX_ID,
+    MAX_WAIT,
     NO_NUL,
     CheckpointList,
     CheckpointOut,
@@ -335,6 +336,8 @@ def create_app(
         status: Annotated[RunStatus | None, Query(description="only runs in this status")] = None,
         agent: Annotated[str | None, Query(min_length=1, max_length=MAX_ID, pattern=NO_NUL,
                                            description="only runs of this agent")] = None,
+        version: Annotated[str | None, Query(min_length=1, max_length=MAX_ID, pattern=NO_NUL,
+                                             description="only runs of this version")] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
         cursor: Annotated[str | None, Query(max_length=1024,
                                             description="next_cursor of the previous page")] = None,
@@ -342,7 +345,7 @@ def create_app(
         """Runs, newest first, without their state; cursor-paginated."""
         before = decode_cursor(cursor) if cursor else None
         runs = await runtime.list_runs(status=status.value if status else None, agent=agent,
-                                       limit=limit + 1, before=before)
+                                       version=version, limit=limit + 1, before=before)
         page = runs[:limit]
         more = len(runs) > limit
         return RunPage(runs=[RunSummary.of(r) for r in page],
@@ -351,8 +354,24 @@ def create_app(
 
     @app.get("/runs/{thread_id}", response_model=RunOut, tags=["runs"],
              responses=_errors(401, 404, 422))
-    async def get_run(thread_id: ThreadId) -> RunOut:
-        """One run with its current state."""
+    async def get_run(
+        thread_id: ThreadId,
+        wait: Annotated[float | None, Query(
+            gt=0, le=MAX_WAIT, description="long-poll: answer once the run is finished (or in "
+            "an `until` status), or after this many seconds, whichever comes first")] = None,
+        until: Annotated[list[RunStatus] | None, Query(
+            description="with `wait`: also answer as soon as the run is in this status "
+                        "(repeatable)")] = None,
+    ) -> RunOut:
+        """One run with its current state; with `wait`, a long-poll (the run as it is when
+        the wait ends: check its `status`)."""
+        if until and wait is None:
+            raise ApiError(422, "ValidationError", "until: needs wait (the seconds to wait)")
+        if wait is not None:
+            await runtime.peek(thread_id)  # RunNotFound: a 404 at once
+            with contextlib.suppress(TimeoutError):
+                await runtime.wait(thread_id, timeout=wait,
+                                   until=[u.value for u in until] if until else None)
         return RunOut.of(await runtime.get(thread_id))
 
     @app.post("/runs/{thread_id}/resume", response_model=InterruptOut, tags=["runs"],
@@ -418,15 +437,26 @@ def create_app(
         responses={200: {"description": "Server-Sent Events: status, step, interrupted, "
                          "resumed, sleeping, stream, then one of completed, failed, cancelled",
                          "content": {"text/event-stream": {"schema": sse_schema()}}},
-                   **_errors(401, 404, 422, explicit=True)},
+                   **_errors(400, 401, 404, 422, explicit=True)},
     )
-    async def follow_run(thread_id: ThreadId) -> EventStream:
-        """Follow the run: an initial `status` event, then its events until it is finished."""
+    async def follow_run(
+        thread_id: ThreadId,
+        last_event_id: Annotated[str | None, Header(
+            alias="Last-Event-ID", max_length=8192,
+            description="the `id` of the last event received: the stream resumes after it "
+                        "(only the events missed, no new `status` event)")] = None,
+    ) -> EventStream:
+        """Follow the run: an initial `status` event, then its events until it is finished.
+        Every event has an SSE `id`; a reconnect with `Last-Event-ID` resumes after it."""
+        if last_event_id is not None and not valid_event_id(last_event_id):
+            raise ApiError(400, "InvalidEventId",
+                           "Last-Event-ID is not the id of an event this server sent")
         rec = await runtime.peek(thread_id)  # RunNotFound: a 404 before the stream starts
 
         async def frames() -> AsyncIterator[bytes]:
             async for ev in run_events(runtime, rec, poll=events_poll,
-                                       draining=lambda: app.state.draining):
+                                       draining=lambda: app.state.draining,
+                                       after=last_event_id):
                 yield encode(ev)
 
         return EventStream(frames(), headers={"Cache-Control": "no-cache",
@@ -474,6 +504,13 @@ def create_app(
         """Weight 0 for the version: its open runs finish on it, no new run lands on it."""
         return DeploymentOut(**(await runtime.drain(version, actor=actor)).as_dict())
 
+    @app.post("/deployments/{version}/retire", response_model=DeploymentOut,
+              tags=["deployments"], responses=_errors(401, 409, 422))
+    async def retire(version: Version) -> DeploymentOut:
+        """Retire a drained version: it never takes a run again (409 while it has weight or
+        open runs; 422 for a version never seen)."""
+        return DeploymentOut(**(await runtime.retire(version, actor=actor)).as_dict())
+
     @app.get("/healthz", response_model=Health, response_model_exclude_unset=True,
              tags=["health"],
              responses={503: {"model": Health, "description": "database or worker down"}})
@@ -516,8 +553,17 @@ def create_app(
             # The guard's answers to any write (tether.service.guard): another site's page
             # or --read-only (403), a body neither JSON nor sent by a named client (415).
             guarded = _errors(403, 415, explicit=True)
-            for operations in schema["paths"].values():
+            for path, operations in schema["paths"].items():
                 for method, operation in operations.items():
+                    # Any route but /healthz: no or a wrong token (401), a Host not this
+                    # server's (403); a run's routes: unknown (404) or pruned (410) run.
+                    errors = operation["responses"]
+                    if path != "/healthz":
+                        for code, entry in _errors(401, 403, explicit=True).items():
+                            errors.setdefault(str(code), entry)
+                    if "{thread_id}" in path:
+                        for code, entry in _errors(404, 410, explicit=True).items():
+                            errors.setdefault(str(code), entry)
                     if method.upper() not in _WRITES:
                         continue
                     for code, entry in guarded.items():
