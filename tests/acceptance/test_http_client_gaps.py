@@ -38,6 +38,7 @@ def frames(c: httpx.Client, thread_id: str, headers: dict[str, str] | None = Non
         assert r.status_code == 200, r.read()
         event_id: str | None = None
         name: str | None = None
+        data: dict[str, Any] | None = None
         for line in r.iter_lines():
             if line.startswith("id: "):
                 event_id = line.removeprefix("id: ")
@@ -45,10 +46,11 @@ def frames(c: httpx.Client, thread_id: str, headers: dict[str, str] | None = Non
                 name = line.removeprefix("event: ")
             elif line.startswith("data: "):
                 data = json.loads(line.removeprefix("data: "))
+            elif line == "" and data is not None:  # the frame ends: dispatch it
                 assert data["type"] == name and "_id" not in data
                 out.append((event_id, data))
-                event_id = None
-                if data["type"] == stop:
+                event_id, found, data = None, data, None
+                if found["type"] == stop:
                     break
     return out
 

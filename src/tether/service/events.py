@@ -281,13 +281,14 @@ def valid_event_id(event_id: str) -> bool:
 
 
 def encode(ev: Event | None) -> bytes:
-    """One SSE frame: its `id` (when the event has one), `event: <type>` and the JSON `data`,
-    or a comment as keepalive."""
+    """One SSE frame: `event: <type>`, the JSON `data` and its `id` (when the event has one;
+    after the data, which the SSE format allows, so that the frame's first lines stay as they
+    were before ids), or a comment as keepalive."""
     if ev is None:
         return b": keepalive\n\n"
     event_id = ev.get("_id")
-    head = b"id: " + str(event_id).encode() + b"\n" if event_id is not None else b""
     if event_id is not None:
         ev = {k: v for k, v in ev.items() if k != "_id"}
-    return (head + b"event: " + str(ev["type"]).encode() + b"\ndata: " + orjson.dumps(ev)
+    tail = b"\nid: " + str(event_id).encode() if event_id is not None else b""
+    return (b"event: " + str(ev["type"]).encode() + b"\ndata: " + orjson.dumps(ev) + tail
             + b"\n\n")
