@@ -395,7 +395,8 @@ export class TetherClient {
 
   /** Liveness and database check (the details need the token). */
   health(options: CallOptions = {}): Promise<Health> {
-    return this.call<Health>({ method: "GET", path: "/healthz", idempotent: true,
+    // Not retried: a 503 here is the answer (the database or the worker is down).
+    return this.call<Health>({ method: "GET", path: "/healthz", idempotent: false,
                                signal: options.signal }, [503]);
   }
 

@@ -105,12 +105,15 @@ class _Tracker:
 
     async def poll(self, runtime: Runtime, rec: Run) -> list[Event]:
         out: list[Event] = []
-        if self.asked and rec.status != "waiting":  # answered: before the steps it ran
+        moved = rec.step > self.step
+        if self.asked and (rec.status != "waiting" or moved):  # answered: before its steps
             out += await self._resumed(runtime)
-        if rec.step > self.step:
+        if moved:
             out += await self._steps(runtime, rec)
             self.step = rec.step
-        if rec.status != self.status or rec.status in TERMINAL:
+        # Parked again at a later step (a second interrupt, another sleep) is news too.
+        if (rec.status != self.status or rec.status in TERMINAL
+                or (moved and rec.status in ("waiting", "sleeping"))):
             old, self.status = self.status, str(rec.status)
             out += await self._settle(runtime, rec, old,
                                       resumed=any(e["type"] == "resumed" for e in out))
