@@ -72,7 +72,7 @@ async function crash(): Promise<void> {
   let killed = false;
   for await (const ev of tether.events(run.thread_id)) {
     show(ev);
-    if (ev.type === "step" && ev.step === 3 && !killed) {
+    if (ev.type === "step" && ev.step >= 3 && !killed) {
       // A worker's id is host:pid:suffix; this works when the workers run on this machine.
       const owner = (await tether.get(run.thread_id)).lease_owner ?? "";
       const pid = Number(owner.split(":").at(-2));
