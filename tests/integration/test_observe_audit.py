@@ -175,9 +175,15 @@ async def test_get_audit_names_the_token(db_url: str) -> None:
         page = (await c.get("/audit")).json()
         assert [(e["action"], e["actor"], e["thread_id"]) for e in page["events"]] == [
             ("cancel", "ci-bot", "h"), ("start", "ci-bot", "h")]
-        assert page["next"] is None
-        one = (await c.get("/audit", params={"action": "start", "limit": 1})).json()
-        assert [e["action"] for e in one["events"]] == ["start"] and one["next"] is not None
+        assert page["next_cursor"] is None
+        one = (await c.get("/audit", params={"limit": 1})).json()
+        assert [e["action"] for e in one["events"]] == ["cancel"]
+        two = (await c.get("/audit", params={"limit": 1, "cursor": one["next_cursor"]})).json()
+        # The last page says so even when it is full (one paging shape, as GET /runs).
+        assert [e["action"] for e in two["events"]] == ["start"] and two["next_cursor"] is None
+        only = (await c.get("/audit", params={"action": "start", "limit": 1})).json()
+        assert only["next_cursor"] is None
+        assert (await c.get("/audit", params={"cursor": "x"})).status_code == 422
         assert (await c.get("/audit", params={"thread_id": "other"})).json()["events"] == []
         bad = await c.get("/audit", params={"action": "explode"})
         assert bad.status_code == 422

@@ -9,16 +9,12 @@ and a 5xx means a bug or an unreachable database, never bad input.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import logging
-import math
 from collections.abc import AsyncIterator, Iterable
 from http import HTTPStatus
 from typing import Annotated, Any
 
-import orjson
 from fastapi import FastAPI, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -30,31 +26,33 @@ from .. import __version__
 from ..deploy import Deployment
 from ..errors import (
     ConfigError,
-    DefinitionError,
-    InvalidState,
-    LeaseLost,
-    RunConflict,
-    RunNotFound,
     RunPruned,
-    SerializationError,
-    StoreError,
     TetherError,
 )
 from ..observe.metrics import Metrics
 from ..runtime import Runtime
 from ..types import RunStatus
+from .api_parts import (
+    _STATUS,
+    _TOO_MANY_STREAMS,
+    ApiError,
+    _check_json,
+    _errors,
+    decode_cursor,
+    encode_cursor,
+)
 from .batch import add_batch_route
 from .dashboard import dashboard_router
-from .events import encode, run_events, run_poller
+from .events import encode, run_events, run_poller, valid_event_id
 from .guard import CLIENT_HEADER, Guard, error_response
 from .models import (
     MAX_ID,
+    MAX_WAIT,
     NO_NUL,
     CheckpointList,
     CheckpointOut,
     DeploymentList,
     DeploymentOut,
-    ErrorBody,
     ForkRun,
     Health,
     InterruptList,
@@ -77,7 +75,6 @@ from .observe import add_audit_route, add_metrics_route, metrics_available, obse
 from .streams import (
     MAX_STREAMS,
     MAX_STREAMS_PER_CLIENT,
-    RETRY_AFTER,
     HeldStream,
     StreamSlots,
     TooManyStreams,
@@ -89,85 +86,12 @@ log = logging.getLogger("tether.service")
 MAX_BODY_BYTES = 1 << 20
 """Default request body limit: run inputs and resume values are state, not file uploads."""
 
-# Most specific first: ResumeConflict is a RunConflict.
-_STATUS: tuple[tuple[type[TetherError], int], ...] = (
-    (RunPruned, 410),
-    (RunNotFound, 404),
-    (RunConflict, 409),
-    (InvalidState, 409),
-    (LeaseLost, 409),
-    (DefinitionError, 422),
-    (SerializationError, 422),
-    (ConfigError, 400),
-    (StoreError, 503),
-    (TetherError, 400),
-)
-
-
-class ApiError(Exception):
-    """An error of the HTTP layer itself (bad cursor, body too large)."""
-
-    def __init__(self, status: int, type: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.type = type
-        self.message = message
-
-
 _WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _CLIENT_PARAMETER = {
     "name": CLIENT_HEADER, "in": "header", "required": True,
     "schema": {"type": "string", "minLength": 1, "examples": ["my-client"]},
     "description": "any name of the client: a write without a JSON body says who sends it, so "
                    "that no web page's plain form can (a bearer token does too)"}
-
-
-def _errors(*codes: int, explicit: bool = False) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI entries for the error statuses an operation can return. `explicit` spells the
-    JSON content out, for operations whose own response is not JSON (FastAPI would document
-    their errors under the operation's media type)."""
-    if explicit:
-        content = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
-        return {c: {"description": HTTPStatus(c).phrase, "content": content} for c in codes}
-    return {c: {"model": ErrorBody, "description": HTTPStatus(c).phrase} for c in codes}
-
-
-_TOO_MANY_STREAMS: dict[str, Any] = {
-    "description": "Too Many Requests: the client, or the server, has as many streams open as "
-                   "its caps allow (tether serve --max-streams-per-client, --max-streams)",
-    "headers": {"Retry-After": {"description": f"seconds to wait ({RETRY_AFTER})",
-                                "schema": {"type": "integer"}}},
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
-
-
-def encode_cursor(created_at: float, thread_id: str) -> str:
-    raw = orjson.dumps([created_at, thread_id])
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[float, str]:
-    bad = ApiError(400, "InvalidCursor", "cursor is not one this server returned as next_cursor")
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        value = orjson.loads(raw)
-    except (binascii.Error, ValueError):
-        raise bad from None
-    if (not isinstance(value, list) or len(value) != 2
-            or isinstance(value[0], bool) or not isinstance(value[0], (int, float))
-            or not math.isfinite(value[0])
-            or not isinstance(value[1], str) or not 0 < len(value[1]) <= MAX_ID
-            or "\x00" in value[1]):
-        raise bad
-    return float(value[0]), value[1]
-
-
-def _check_json(value: Any, what: str) -> None:
-    """Refuse values that the store's serializer would refuse (ints beyond 64 bits, nesting
-    deeper than 254, lone surrogates) up front, as a 422 naming them."""
-    try:
-        orjson.dumps(value)
-    except (TypeError, orjson.JSONEncodeError) as exc:
-        raise SerializationError(f"{what} cannot be stored as JSON: {exc}") from None
 
 
 class EventStream(HeldStream):
@@ -373,6 +297,8 @@ def create_app(
         status: Annotated[RunStatus | None, Query(description="only runs in this status")] = None,
         agent: Annotated[str | None, Query(min_length=1, max_length=MAX_ID, pattern=NO_NUL,
                                            description="only runs of this agent")] = None,
+        version: Annotated[str | None, Query(min_length=1, max_length=MAX_ID, pattern=NO_NUL,
+                                             description="only runs of this version")] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
         cursor: Annotated[str | None, Query(max_length=1024,
                                             description="next_cursor of the previous page")] = None,
@@ -380,7 +306,7 @@ def create_app(
         """Runs, newest first, without their state; cursor-paginated."""
         before = decode_cursor(cursor) if cursor else None
         runs = await runtime.list_runs(status=status.value if status else None, agent=agent,
-                                       limit=limit + 1, before=before)
+                                       version=version, limit=limit + 1, before=before)
         page = runs[:limit]
         more = len(runs) > limit
         return RunPage(runs=[RunSummary.of(r) for r in page],
@@ -389,8 +315,24 @@ def create_app(
 
     @app.get("/runs/{thread_id}", response_model=RunOut, tags=["runs"],
              responses=_errors(401, 404, 422))
-    async def get_run(thread_id: ThreadId) -> RunOut:
-        """One run with its current state."""
+    async def get_run(
+        thread_id: ThreadId,
+        wait: Annotated[float | None, Query(
+            gt=0, le=MAX_WAIT, description="long-poll: answer once the run is finished (or in "
+            "an `until` status), or after this many seconds, whichever comes first")] = None,
+        until: Annotated[list[RunStatus] | None, Query(
+            description="with `wait`: also answer as soon as the run is in this status "
+                        "(repeatable)")] = None,
+    ) -> RunOut:
+        """One run with its current state; with `wait`, a long-poll (the run as it is when
+        the wait ends: check its `status`)."""
+        if until and wait is None:
+            raise ApiError(422, "ValidationError", "until: needs wait (the seconds to wait)")
+        if wait is not None:
+            await runtime.peek(thread_id)  # RunNotFound: a 404 at once
+            with contextlib.suppress(TimeoutError):
+                await runtime.wait(thread_id, timeout=wait,
+                                   until=[u.value for u in until] if until else None)
         return RunOut.of(await runtime.get(thread_id))
 
     @app.post("/runs/{thread_id}/resume", response_model=InterruptOut, tags=["runs"],
@@ -456,17 +398,29 @@ def create_app(
         responses={200: {"description": "Server-Sent Events: status, step, interrupted, "
                          "resumed, sleeping, stream, then one of completed, failed, cancelled",
                          "content": {"text/event-stream": {"schema": sse_schema()}}},
-                   429: _TOO_MANY_STREAMS, **_errors(401, 404, 422, explicit=True)},
+                   429: _TOO_MANY_STREAMS, **_errors(400, 401, 404, 422, explicit=True)},
     )
-    async def follow_run(request: Request, thread_id: ThreadId) -> EventStream:
+    async def follow_run(
+        request: Request,
+        thread_id: ThreadId,
+        last_event_id: Annotated[str | None, Header(
+            alias="Last-Event-ID", max_length=8192,
+            description="the `id` of the last event received: the stream resumes after it "
+                        "(only the events missed, no new `status` event)")] = None,
+    ) -> EventStream:
         """Follow the run: an initial `status` event, then its events until it is finished.
-        429 past the server's caps on open streams (per client and in all)."""
+        Every event has an SSE `id`; a reconnect with `Last-Event-ID` resumes after it. 429
+        past the server's caps on open streams (per client and in all)."""
+        if last_event_id is not None and not valid_event_id(last_event_id):
+            raise ApiError(400, "InvalidEventId",
+                           "Last-Event-ID is not the id of an event this server sent")
         rec = await runtime.peek(thread_id)  # RunNotFound: a 404 before the stream starts
         slot = slots.acquire(client_of(request.scope))  # TooManyStreams: a 429
 
         async def frames() -> AsyncIterator[bytes]:
             async for ev in run_events(runtime, rec, poll=events_poll, poller=rows,
-                                       draining=lambda: app.state.draining):
+                                       draining=lambda: app.state.draining,
+                                       after=last_event_id):
                 yield encode(ev)
 
         return EventStream(frames(), slot=slot, headers={"Cache-Control": "no-cache",
@@ -514,6 +468,13 @@ def create_app(
         """Weight 0 for the version: its open runs finish on it, no new run lands on it."""
         return DeploymentOut(**(await runtime.drain(version, actor=actor)).as_dict())
 
+    @app.post("/deployments/{version}/retire", response_model=DeploymentOut,
+              tags=["deployments"], responses=_errors(401, 409, 422))
+    async def retire(version: Version) -> DeploymentOut:
+        """Retire a drained version: it never takes a run again (409 while it has weight or
+        open runs; 422 for a version never seen)."""
+        return DeploymentOut(**(await runtime.retire(version, actor=actor)).as_dict())
+
     @app.get("/healthz", response_model=Health, response_model_exclude_unset=True,
              tags=["health"],
              responses={503: {"model": Health, "description": "database or worker down"}})
@@ -556,17 +517,27 @@ def create_app(
             # The guard's answers to any write (tether.service.guard): another site's page
             # or --read-only (403), a body neither JSON nor sent by a named client (415).
             guarded = _errors(403, 415, explicit=True)
-            for operations in schema["paths"].values():
+            for path, operations in schema["paths"].items():
                 for method, operation in operations.items():
+                    # Any route but /healthz: no or a wrong token (401), a Host not this
+                    # server's (403); a run's routes: unknown (404) or pruned (410) run.
+                    errors = operation["responses"]
+                    if path != "/healthz":
+                        for code, entry in _errors(401, 403, explicit=True).items():
+                            errors.setdefault(str(code), entry)
+                    if "{thread_id}" in path:
+                        for code, entry in _errors(404, 410, explicit=True).items():
+                            errors.setdefault(str(code), entry)
                     if method.upper() not in _WRITES:
                         continue
                     for code, entry in guarded.items():
                         operation["responses"].setdefault(str(code), entry)
                     if "requestBody" not in operation:
                         operation.setdefault("parameters", []).append(_CLIENT_PARAMETER)
-            start = components.get("StartRun")
-            if start is not None and runtime.agents:
-                start["properties"]["agent"]["enum"] = sorted(runtime.agents)
+            for name in ("StartRun", "StartBatchItem"):
+                start = components.get(name)
+                if start is not None and runtime.agents:
+                    start["properties"]["agent"]["enum"] = sorted(runtime.agents)
             if token:
                 schema.setdefault("components", {})["securitySchemes"] = {
                     "bearer": {"type": "http", "scheme": "bearer"}}

@@ -14,6 +14,8 @@ MAX_ID = 200
 """thread_id, agent name and idempotency key: the limits runtime.start enforces."""
 MAX_INTERRUPT_ID = 300
 """Interrupt ids are `thread_id:step:index`."""
+MAX_WAIT = 60.0
+"""The longest long-poll (GET /runs/{thread_id}?wait=S): below the idle timeouts of proxies."""
 NO_NUL = r"^[^\x00]+$"
 """Postgres TEXT cannot hold NUL; rejecting it here keeps a bad id a 422, not a 500."""
 

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from http import HTTPStatus
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ..extras import install_hint
 from ..observe.gauges import StoreGauges
 from ..observe.metrics import Metrics
 from ..runtime import Runtime
 from ..store.base import AUDIT_ACTIONS
+from .models import ErrorBody
 
 
 def metrics_available() -> bool:
@@ -79,24 +81,29 @@ class AuditOut(BaseModel):
 
 class AuditList(BaseModel):
     events: list[AuditOut]
-    next: int | None
-    """Pass as `before` for the next (older) page; null on the last page."""
+    next_cursor: str | None = Field(
+        description="pass as `cursor` for the next (older) page; null on the last page")
 
 
 ACTION = "^(" + "|".join(a.replace(".", r"\.") for a in AUDIT_ACTIONS) + ")$"
 
 
 def add_audit_route(app: FastAPI, runtime: Runtime) -> None:
-    @app.get("/audit", response_model=AuditList, tags=["audit"])
+    @app.get("/audit", response_model=AuditList, tags=["audit"],
+             responses={c: {"model": ErrorBody, "description": HTTPStatus(c).phrase}
+                        for c in (401, 422)})
     async def audit_log(
         thread_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
         action: Annotated[str | None, Query(pattern=ACTION)] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-        before: Annotated[int | None, Query(ge=1)] = None,
+        cursor: Annotated[str | None, Query(pattern="^[1-9][0-9]{0,17}$", description=
+                                            "next_cursor of the previous page")] = None,
     ) -> AuditList:
         """Operator actions, newest first (start, resume, cancel, fork, send, retry, release,
-        effect.retry, and the deployment and retention actions), by run and action."""
-        events = await runtime.audit(thread_id=thread_id, action=action, limit=limit,
-                                     before=before)
-        return AuditList(events=[AuditOut(**e.to_dict()) for e in events],
-                         next=events[-1].id if len(events) == limit else None)
+        effect.retry, and the deployment and retention actions), by run and action;
+        cursor-paginated like GET /runs."""
+        events = await runtime.audit(thread_id=thread_id, action=action, limit=limit + 1,
+                                     before=int(cursor) if cursor else None)
+        page = events[:limit]
+        return AuditList(events=[AuditOut(**e.to_dict()) for e in page],
+                         next_cursor=str(page[-1].id) if len(events) > limit else None)
