@@ -77,8 +77,8 @@ class Runtime:
         store: Store | None = None,
         retention: Policy | Mapping[str, Any] | None = None,
     ) -> None:
-        # The arguments are the code's settings: TETHER_* and [tool.tether] win over them
-        # (tether.config: one precedence for the CLI and the library).
+        # The arguments are the code's settings: they win; TETHER_* and [tool.tether] fill
+        # what they leave out (a tether command applies its flags and TETHER_* over them).
         self._code: dict[str, object] = {"db": db_url, "lease_ttl": lease_ttl,
                                          "poll_interval": poll_interval,
                                          "snapshot_every": snapshot_every,
@@ -132,11 +132,11 @@ class Runtime:
         lease TTL); these win over every other source of those settings."""
         return self.configured({"db": db_url, "lease_ttl": lease_ttl})
 
-    def configured(self, flags: Mapping[str, object],
-                   flag_names: Mapping[str, str] | None = None) -> Runtime:
-        """The same agents, effect handlers and version with the settings found again, with
-        `flags` first (a command's flags; None values are not given): see tether.config."""
-        settings = resolve(flags=flags, code=self._code, flag_names=flag_names)
+    def configured(self, flags: Mapping[str, object], flag_names: Mapping[str, str] | None = None,
+                   *, operator: bool = False) -> Runtime:
+        """The same agents, effect handlers and version, settings found again with `flags`
+        first (None: not given); `operator`: TETHER_* over the code too (tether.config)."""
+        settings = resolve(flags=flags, code=self._code, flag_names=flag_names, operator=operator)
         other = object.__new__(Runtime)
         other._code = self._code
         other._setup(settings, self.version)
