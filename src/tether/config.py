@@ -28,7 +28,7 @@ import difflib
 import logging
 import os
 import tomllib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -85,6 +85,17 @@ TYPES: dict[str, type] = {"db": str, "lease_ttl": float, "poll_interval": float,
                           "snapshot_every": int, "concurrency": int, "shutdown_grace": float,
                           "cpu_workers": int}
 assert set(TYPES) == {f.name for f in fields(Settings)} - {"sources"}
+VALID: dict[str, tuple[Callable[[Any], bool], str, str]] = {
+    "db": (bool, "a database URL (sqlite:///path.db, sqlite:///:memory: or "
+           "postgresql://user@host:port/db)", '"sqlite:///app.db"'),
+    "lease_ttl": (lambda v: v > 0, "a number of seconds > 0", "5"),
+    "poll_interval": (lambda v: v > 0, "a number of seconds > 0", "0.25"),
+    "snapshot_every": (lambda v: v >= 1, "a whole number >= 1", "100"),
+    "concurrency": (lambda v: v >= 1, "a whole number >= 1", "100"),
+    "shutdown_grace": (lambda v: v >= 0, "a number of seconds >= 0", "10"),
+    "cpu_workers": (lambda v: v >= 0, "a whole number >= 0 (0: one per CPU)", "4"),
+}
+"""Per setting: whether a value of its type is valid, what is valid, and an example."""
 
 
 OTHER_ENV = frozenset({
@@ -164,7 +175,7 @@ def resolve(*, flags: Mapping[str, object] | None = None, code: Mapping[str, obj
         if flag is not None:
             values[name], sources[name] = flag, (flag_names or {}).get(name, f"--{name.replace('_', '-')}")
         elif raw is not None and (operator or given is None):
-            values[name], sources[name] = _parse(raw, typ, var), var
+            values[name], sources[name] = _value(name, raw, var, f"{var}={raw}"), var
         elif given is not None:
             values[name], sources[name] = given, "Runtime(...)"
             if raw is not None and not _loading_app.get() and _differs(raw, typ, given):
@@ -174,7 +185,7 @@ def resolve(*, flags: Mapping[str, object] | None = None, code: Mapping[str, obj
                     f"in a program (a tether command applies {var} over the app it loads)"))
         elif name in config and config_path is not None:
             where = f"[tool.tether] in {config_path}"
-            value = _parse(config[name], typ, f"{name} {where}")
+            value = _value(name, config[name], where, f"{name} = {config[name]!r}")
             if name == "db":
                 value = _beside(str(value), config_path.parent)
             values[name], sources[name] = value, where
@@ -183,9 +194,28 @@ def resolve(*, flags: Mapping[str, object] | None = None, code: Mapping[str, obj
 
 def _differs(raw: str, typ: type, given: object) -> bool:
     try:
-        return _parse(raw, typ, "") != given
-    except ConfigError:
+        return bool(_parse(raw, typ) != given)
+    except ValueError:
         return True
+
+
+def _value(name: str, raw: object, where: str, shown: str) -> object:
+    """`raw` as setting `name`'s type, or a ConfigError naming the setting, where it came
+    from and what is valid."""
+    ok, valid, example = VALID[name]
+    try:
+        value = _parse(raw, TYPES[name])
+        if ok(value):
+            return value
+    except ValueError:
+        pass
+    if name == "db":
+        shown = redact(shown)
+    in_file = where.startswith("[tool.tether]")
+    hint = (f"e.g. {name} = {example}" if in_file
+            else f"e.g. {ENV_PREFIX}{name.upper()}={example.strip(chr(34))}")
+    raise ConfigError(f"{shown} (from {where if in_file else 'the environment'}) is not a valid "
+                      f"setting: {name} is {valid}, {hint}")
 
 
 def resolve_app(flag: str | None, *, prefix: str = ENV_PREFIX,
@@ -241,17 +271,15 @@ def _beside(url: str, folder: Path) -> str:
     return prefix + str(folder / path)
 
 
-def _parse(raw: object, typ: type, where: str) -> object:
+def _parse(raw: object, typ: type) -> Any:
+    """`raw` as `typ` (a str is converted), or ValueError."""
     if isinstance(raw, typ) and not isinstance(raw, bool):
         return raw
     if typ is float and isinstance(raw, int) and not isinstance(raw, bool):
         return float(raw)
     if isinstance(raw, str):
-        try:
-            return typ(raw)
-        except ValueError:
-            pass
-    raise ConfigError(f"{where}={raw!r} is not a valid {typ.__name__}")
+        return typ(raw.strip())
+    raise ValueError(f"not a {typ.__name__}")
 
 
 def default_db() -> str:

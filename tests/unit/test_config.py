@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tether import ConfigError, Runtime, config
-from tether.cli._common import runtime_for
+from tether.cli._common import json_value, runtime_for
 from tether.config import known_env, project_config, resolve, resolve_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,7 +113,8 @@ def test_runtime_and_cli_resolve_alike(project: Path, monkeypatch: pytest.Monkey
 
 @pytest.mark.parametrize(("body", "match"), [
     ("[tool.tether]\nlease_tll = 5\n", "unknown key 'lease_tll'.*did you mean lease_ttl"),
-    ("[tool.tether]\nlease_ttl = 'soon'\n", "lease_ttl \\[tool.tether\\]"),
+    ("[tool.tether]\nlease_ttl = 'soon'\n", "lease_ttl = 'soon' \\(from \\[tool.tether\\] in .*"
+     "is not a valid setting: lease_ttl is a number of seconds > 0"),
     ("[tool.tether]\napp = 3\n", "must be a string"),
     ("[tool.tether\n", "cannot read"),
 ])
@@ -190,3 +191,44 @@ def test_every_tether_variable_the_project_reads_is_known() -> None:
     assert {"TETHER_DB", "TETHER_TOKEN", "TETHER_ALLOWED_HOSTS", "TETHER_TRACE_DETAIL",
             "TETHER_LISTEN_URL", "TETHER_MAX_STREAMS", "TETHER_MAX_STREAMS_PER_CLIENT",
             "TETHER_CHROMIUM", "TETHER_TEST_PG", "TETHER_LOOP"} <= known_env()
+
+
+def test_a_bad_setting_in_the_apps_project_is_named_as_a_setting(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The app's Runtime(...) reads [tool.tether] while the command imports it: the error is
+    # the setting's, not "cannot import module 'badsetting'".
+    path = project / "pyproject.toml"
+    path.write_text('[tool.tether]\napp = "badsetting:runtime"\nlease_ttl = "five"\n')
+    (project / "badsetting.py").write_text("import tether\nruntime = tether.Runtime('sqlite:///x.db')\n")
+    monkeypatch.syspath_prepend(str(project))
+    with pytest.raises(ConfigError) as info:
+        runtime_for(None, None)
+    assert str(info.value) == (
+        f"lease_ttl = 'five' (from [tool.tether] in {path}) is not a valid setting: lease_ttl "
+        "is a number of seconds > 0, e.g. lease_ttl = 5")
+    assert not (project / "x.db").exists()
+
+
+@pytest.mark.parametrize(("var", "raw", "valid"), [
+    ("CONCURRENCY", "-3", "concurrency is a whole number >= 1, e.g. TETHER_CONCURRENCY=100"),
+    ("LEASE_TTL", "0", "lease_ttl is a number of seconds > 0, e.g. TETHER_LEASE_TTL=5"),
+    ("CPU_WORKERS", "two", "cpu_workers is a whole number >= 0 (0: one per CPU)"),
+])
+def test_a_bad_environment_value_names_the_variable_and_what_is_valid(
+        project: Path, monkeypatch: pytest.MonkeyPatch, var: str, raw: str, valid: str) -> None:
+    monkeypatch.setenv(f"TETHER_{var}", raw)
+    with pytest.raises(ConfigError) as info:
+        resolve()
+    assert str(info.value).startswith(
+        f"TETHER_{var}={raw} (from the environment) is not a valid setting: {valid}")
+
+
+def test_a_bare_word_as_json_value_hints_at_quoting() -> None:
+    with pytest.raises(ConfigError) as info:
+        json_value("yes", "--value")
+    assert str(info.value).endswith(
+        "a string is quoted JSON: --value '\"yes\"' (true, false, null and numbers are bare)")
+    with pytest.raises(ConfigError) as info:
+        json_value('{"a": yes}', "--value")
+    assert "quoted JSON" not in str(info.value)
+    assert json_value('"yes"', "--value") == "yes"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from typing import Any, TypeVar
@@ -46,6 +47,8 @@ def load_app(target: str, source: str = "--app") -> Runtime:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
+    except TetherError:
+        raise  # a bad setting or definition in the app says so itself
     except Exception as exc:
         raise AppImportError(f"cannot import module {module_name!r} for the app ({source}): "
                              f"{exc!r}") from exc
@@ -132,11 +135,16 @@ def on_runtime(db: str | None, app: str | None, verbose: bool,
 
 
 def json_value(text: str, flag: str) -> Any:
-    """An option's JSON, or a ConfigError naming the flag."""
+    """An option's JSON, or a ConfigError naming the flag (with how to quote a string when the
+    text is a bare word)."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"{flag} is not valid JSON: {exc}") from None
+        hint = ""
+        if text.strip() and not text.lstrip().startswith(("{", "[", '"')):
+            hint = (f"; a string is quoted JSON: {flag} {shlex.quote(orjson.dumps(text).decode())}"
+                    " (true, false, null and numbers are bare)")
+        raise ConfigError(f"{flag} is not valid JSON: {exc}{hint}") from None
 
 
 def cli_actor() -> str:
