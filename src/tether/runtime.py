@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from . import deploy, serde, starting
 from .agent import Agent
+from .closing import stop_local
 from .config import Settings, redact, resolve
 from .context import Message
 from .deploy import Deployment, Upgrade, WorkerInfo
@@ -29,17 +30,7 @@ from .llm import add_usage
 from .outbox import EffectHandler
 from .records import checkpoint_of, effect_of, interrupt_of, run_error, sent_by, to_run
 from .registry import Registry
-from .retention import (
-    Age,
-    Policy,
-    Progress,
-    Report,
-    alongside,
-    known_agent,
-    prune,
-    prune_audit,
-    standing,
-)
+from .retention import Age, Policy, Progress, Report, alongside, known_agent, prune, prune_audit, standing
 from .retry import RetryPolicy
 from .store import make_store
 from .store.audit import audit_of, check_audit_query
@@ -243,6 +234,9 @@ class Runtime:
         return await self.store.status_counts()
 
     async def close(self) -> None:
+        """Stop this process's workers of this runtime (`work()`: their leases given back within
+        the shutdown grace), then disconnect. Leaving `async with runtime:` closes it."""
+        await stop_local(self._workers, self.settings.shutdown_grace)
         self.hub.close()
         self._deploys.close()
         if self._opened:

@@ -100,6 +100,8 @@ class Worker:
         self._abandoned: dict[Lease, str] = {}  # lease -> why its task was cancelled
         self._orphans: dict[str, Lease] = {}
         self._stopping = False
+        self.stopped = asyncio.Event()
+        """Set once run() has returned: its leases given back (or their release tried)."""
         self._tg: asyncio.TaskGroup | None = None
         self._reserved = 0  # slots promised to runs being started in this process
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -179,6 +181,7 @@ class Worker:
         finally:
             _RUNNING.discard(self)
             self.hub.detach(self)
+            self.stopped.set()
         log.info("worker %s stopped after %d steps", self.id, self.steps_committed)
 
     async def _run(self, stop: asyncio.Event | None) -> None:
