@@ -143,9 +143,10 @@ def check_environment(env: Mapping[str, str], prefix: str = ENV_PREFIX) -> list[
     known = known_env(prefix)
     unknown = sorted(k for k in env if k.startswith(prefix) and k not in known
                      and not k[len(prefix):].startswith(OTHER_ENV_FAMILIES))
-    for name in unknown:
+    for name in unknown:  # the names compared without the prefix they all share
+        near = did_you_mean(name[len(prefix):], [k[len(prefix):] for k in known])
         _warn_once(f"unknown {name}", f"{name} is not a tether setting and is ignored"
-                   f"{did_you_mean(name, known)}; settings: "
+                   f"{near.replace('mean ', 'mean ' + prefix)}; settings: "
                    f"{', '.join(prefix + t.upper() for t in TYPES)}")
     return unknown
 

@@ -164,14 +164,16 @@ def test_an_unknown_tether_variable_is_warned_with_the_nearest_name(
         project: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("TETHER_CONCURENCY", "5")
     monkeypatch.setenv("TETHER_BENCH_ANYTHING", "1")
+    monkeypatch.setenv("TETHER_FOO", "1")  # near no name: no guess
     monkeypatch.setenv("TETHER_TOKEN", "x" * 32)
     with caplog.at_level(logging.WARNING, logger="tether.config"):
         resolve()
         Runtime("sqlite:///:memory:")
     said = [r.getMessage() for r in caplog.records]
-    assert len(said) == 1, said
+    assert len(said) == 2, said
     assert said[0].startswith("TETHER_CONCURENCY is not a tether setting and is ignored "
-                              "(did you mean TETHER_CONCURRENCY?)")
+                              "(did you mean TETHER_CONCURRENCY?); settings: TETHER_DB, ")
+    assert said[1].startswith("TETHER_FOO is not a tether setting and is ignored; settings: ")
 
 
 def test_every_tether_variable_the_project_reads_is_known() -> None:
@@ -184,7 +186,7 @@ def test_every_tether_variable_the_project_reads_is_known() -> None:
         if path.suffix in (".py", ".md", ".sh", ".toml", ".yml", "") and path.is_file():
             names |= set(re.findall(r"(?<![A-Z_])TETHER_[A-Z][A-Z0-9_]*[A-Z0-9]",
                                     path.read_text(errors="replace")))
-    names -= {"TETHER_CONCURENCY"}  # this file's typo, on purpose
+    names -= {"TETHER_CONCURENCY", "TETHER_FOO"}  # this file's unknown names, on purpose
     assert names, "no TETHER_* names found"
     unknown = config.check_environment(dict.fromkeys(names, "1"))
     assert not unknown, f"read by the project but warned as unknown: {unknown}"
