@@ -1,25 +1,34 @@
-"""Settings, and the one precedence every setting is found by.
+"""Settings, and where each one is found.
 
-For each setting, the first of these that gives it wins, for `Runtime(...)` and every `tether`
-command alike:
+In a program, `Runtime(...)` takes each setting from the first of these that gives it:
 
-1. a flag of the command (`--db`, `--lease-ttl`, `--concurrency`, ...; for a worker in your
-   own process, `runtime.work(concurrency=)`),
-2. the environment: `TETHER_APP`, `TETHER_DB`, `TETHER_LEASE_TTL`, ... (`TETHER_` + the name),
+1. the code: an argument given to `Runtime(...)` (or `with_db(...)`) wins,
+2. the environment: `TETHER_DB`, `TETHER_LEASE_TTL`, ... (`TETHER_` + the name),
 3. `[tool.tether]` in the nearest pyproject.toml (the working directory, then its parents):
-   `app = "module:attr"`, `db = "sqlite:///app.db"`, `lease_ttl = 5`, ...,
-4. the code: the arguments given to `Runtime(...)`,
-5. the default.
+   `db = "sqlite:///app.db"`, `lease_ttl = 5`, ...,
+4. the default.
 
-`resolve` returns the settings with where each came from (`Settings.sources`), which
-`tether worker` prints at start and errors name ("the database ... came from TETHER_DB").
+A `tether` command acts for the operator: it loads the app (its Runtime, settled as above) and
+applies its flags (`--db`, `--lease-ttl`, `--concurrency`, ...), then the environment, over it
+(`operator=True`): flag, `TETHER_*`, the code, `[tool.tether]`, the default. The app itself is
+found by --app, then `TETHER_APP`, then `app` in [tool.tether].
+
+An environment value a program's code overrides is logged once as a warning, and so is a
+`TETHER_*` variable tether does not know (a typo such as TETHER_CONCURENCY must not be
+silently ignored). `resolve` returns the settings with where each came from
+(`Settings.sources`), which `tether worker` prints at start and errors name ("the database ...
+came from TETHER_DB").
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import difflib
+import logging
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -29,6 +38,7 @@ from .errors import ConfigError
 
 DEFAULT_DB = "sqlite:///tether.db"
 ENV_PREFIX = "TETHER_"
+log = logging.getLogger("tether.config")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,33 +85,138 @@ TYPES: dict[str, type] = {"db": str, "lease_ttl": float, "poll_interval": float,
                           "snapshot_every": int, "concurrency": int, "shutdown_grace": float,
                           "cpu_workers": int}
 assert set(TYPES) == {f.name for f in fields(Settings)} - {"sources"}
+VALID: dict[str, tuple[Callable[[Any], bool], str, str]] = {
+    "db": (bool, "a database URL (sqlite:///path.db, sqlite:///:memory: or "
+           "postgresql://user@host:port/db)", '"sqlite:///app.db"'),
+    "lease_ttl": (lambda v: v > 0, "a number of seconds > 0", "5"),
+    "poll_interval": (lambda v: v > 0, "a number of seconds > 0", "0.25"),
+    "snapshot_every": (lambda v: v >= 1, "a whole number >= 1", "100"),
+    "concurrency": (lambda v: v >= 1, "a whole number >= 1", "100"),
+    "shutdown_grace": (lambda v: v >= 0, "a number of seconds >= 0", "10"),
+    "cpu_workers": (lambda v: v >= 0, "a whole number >= 0 (0: one per CPU)", "4"),
+}
+"""Per setting: whether a value of its type is valid, what is valid, and an example."""
+
+
+OTHER_ENV = frozenset({
+    "APP", "LOOP", "TOKEN", "TOKEN_NAME", "ALLOWED_HOSTS", "TRACE_DETAIL", "LISTEN_URL",
+    "MAX_STREAMS", "MAX_STREAMS_PER_CLIENT", "CHROMIUM", "TEST_PG", "TEST_EXAMPLES",
+    "TEST_GENAI_URL"})
+"""The TETHER_* variables besides the settings' (read by the CLI, the server, the event loop,
+tracing, the test suite)."""
+OTHER_ENV_FAMILIES = ("BENCH_",)
+"""Prefixes (after TETHER_) of variable families: the benchmarks' knobs."""
+_warned: set[str] = set()
+_loading_app: contextvars.ContextVar[bool] = contextvars.ContextVar("_loading_app", default=False)
+
+
+def known_env(prefix: str = ENV_PREFIX) -> frozenset[str]:
+    """Every TETHER_* variable tether reads (families aside: OTHER_ENV_FAMILIES)."""
+    return frozenset(prefix + n for n in (*(t.upper() for t in TYPES), *OTHER_ENV))
+
+
+@contextlib.contextmanager
+def loading_app() -> Iterator[None]:
+    """While a command imports the app: its Runtime(...) does not warn that the environment is
+    overridden by the code (the command applies the environment over the app next)."""
+    token = _loading_app.set(True)
+    try:
+        yield
+    finally:
+        _loading_app.reset(token)
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message)
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """' (did you mean X?)' for the nearest known name, else ''."""
+    near = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+    return f" (did you mean {near[0]}?)" if near else ""
+
+
+def check_environment(env: Mapping[str, str], prefix: str = ENV_PREFIX) -> list[str]:
+    """The TETHER_* variables of `env` tether does not know, each warned about once."""
+    known = known_env(prefix)
+    unknown = sorted(k for k in env if k.startswith(prefix) and k not in known
+                     and not k[len(prefix):].startswith(OTHER_ENV_FAMILIES))
+    for name in unknown:  # the names compared without the prefix they all share
+        near = did_you_mean(name[len(prefix):], [k[len(prefix):] for k in known])
+        _warn_once(f"unknown {name}", f"{name} is not a tether setting and is ignored"
+                   f"{near.replace('mean ', 'mean ' + prefix)}; settings: "
+                   f"{', '.join(prefix + t.upper() for t in TYPES)}")
+    return unknown
+
+
+def _shown(name: str, value: object) -> str:
+    return redact(str(value)) if name == "db" else repr(value)
 
 
 def resolve(*, flags: Mapping[str, object] | None = None, code: Mapping[str, object] | None = None,
             flag_names: Mapping[str, str] | None = None, prefix: str = ENV_PREFIX,
-            environ: Mapping[str, str] | None = None, cwd: str | Path | None = None) -> Settings:
-    """Settings from flags, then the environment, then [tool.tether], then `code`, then the
-    defaults (a None value means "not given"). `flag_names` names each flag for `sources`."""
+            environ: Mapping[str, str] | None = None, cwd: str | Path | None = None,
+            operator: bool = False) -> Settings:
+    """Settings from flags (a None value means "not given"), then the code, then the
+    environment, then [tool.tether], then the defaults; `operator` (a command over the app it
+    loads): flags, then the environment, then the code. `flag_names` names each flag for
+    `sources`."""
     env = os.environ if environ is None else environ
+    check_environment(env, prefix)
     config, config_path = project_config(cwd)
     values: dict[str, object] = {}
     sources: dict[str, str] = {}
     for name, typ in TYPES.items():
         flag = (flags or {}).get(name)
-        raw = env.get(prefix + name.upper())
+        var = prefix + name.upper()
+        raw = env.get(var) or None
+        given = (code or {}).get(name)
         if flag is not None:
             values[name], sources[name] = flag, (flag_names or {}).get(name, f"--{name.replace('_', '-')}")
-        elif raw is not None and raw != "":
-            values[name], sources[name] = _parse(raw, typ, f"{prefix}{name.upper()}"), prefix + name.upper()
+        elif raw is not None and (operator or given is None):
+            values[name], sources[name] = _value(name, raw, var, f"{var}={raw}"), var
+        elif given is not None:
+            values[name], sources[name] = given, "Runtime(...)"
+            if raw is not None and not _loading_app.get() and _differs(raw, typ, given):
+                _warn_once(f"ignored {var}", (
+                    f"{var}={_shown(name, raw)} is ignored: the code gives {name} "
+                    f"(Runtime(...): {_shown(name, given)}), and an argument given in code wins "
+                    f"in a program (a tether command applies {var} over the app it loads)"))
         elif name in config and config_path is not None:
             where = f"[tool.tether] in {config_path}"
-            value = _parse(config[name], typ, f"{name} {where}")
+            value = _value(name, config[name], where, f"{name} = {config[name]!r}")
             if name == "db":
                 value = _beside(str(value), config_path.parent)
             values[name], sources[name] = value, where
-        elif (code or {}).get(name) is not None:
-            values[name], sources[name] = (code or {})[name], "Runtime(...)"
     return Settings(**values, sources=sources)  # type: ignore[arg-type]
+
+
+def _differs(raw: str, typ: type, given: object) -> bool:
+    try:
+        return bool(_parse(raw, typ) != given)
+    except ValueError:
+        return True
+
+
+def _value(name: str, raw: object, where: str, shown: str) -> object:
+    """`raw` as setting `name`'s type, or a ConfigError naming the setting, where it came
+    from and what is valid."""
+    ok, valid, example = VALID[name]
+    try:
+        value = _parse(raw, TYPES[name])
+        if ok(value):
+            return value
+    except ValueError:
+        pass
+    if name == "db":
+        shown = redact(shown)
+    in_file = where.startswith("[tool.tether]")
+    hint = (f"e.g. {name} = {example}" if in_file
+            else f"e.g. {ENV_PREFIX}{name.upper()}={example.strip(chr(34))}")
+    raise ConfigError(f"{shown} (from {where if in_file else 'the environment'}) is not a valid "
+                      f"setting: {name} is {valid}, {hint}")
 
 
 def resolve_app(flag: str | None, *, prefix: str = ENV_PREFIX,
@@ -140,7 +255,8 @@ def project_config(cwd: str | Path | None = None) -> tuple[dict[str, Any], Path 
                 raise ConfigError(f"[tool.tether] in {path} must be a table")
             unknown = sorted(set(section) - {"app", *TYPES})
             if unknown:
-                raise ConfigError(f"unknown key {unknown[0]!r} in [tool.tether] of {path}; "
+                raise ConfigError(f"unknown key {unknown[0]!r} in [tool.tether] of {path}"
+                                  f"{did_you_mean(unknown[0], ['app', *TYPES])}; "
                                   f"known: app, {', '.join(TYPES)}")
             return section, path
     return {}, None
@@ -156,17 +272,15 @@ def _beside(url: str, folder: Path) -> str:
     return prefix + str(folder / path)
 
 
-def _parse(raw: object, typ: type, where: str) -> object:
+def _parse(raw: object, typ: type) -> Any:
+    """`raw` as `typ` (a str is converted), or ValueError."""
     if isinstance(raw, typ) and not isinstance(raw, bool):
         return raw
     if typ is float and isinstance(raw, int) and not isinstance(raw, bool):
         return float(raw)
     if isinstance(raw, str):
-        try:
-            return typ(raw)
-        except ValueError:
-            pass
-    raise ConfigError(f"{where}={raw!r} is not a valid {typ.__name__}")
+        return typ(raw.strip())
+    raise ValueError(f"not a {typ.__name__}")
 
 
 def default_db() -> str:

@@ -146,16 +146,17 @@ class Dispatcher:
             except TimeoutError:
                 pass
 
-    async def give_back(self, timeout: float) -> None:
+    async def give_back(self, timeout: float) -> int:
         """Shutdown: wait for handlers up to `timeout`, then cancel the rest and return their
-        effects to pending so another worker performs them at once."""
+        effects to pending so another worker performs them at once; how many went back."""
         if not self.tasks:
-            return
+            return 0
         _, late = await asyncio.wait(list(self.tasks.values()), timeout=timeout)
         for task in late:
             task.cancel()
         if late:
             await asyncio.wait(late)
+        return len(late)
 
     async def _perform(self, k: tuple[str, str]) -> None:
         try:

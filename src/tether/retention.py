@@ -211,12 +211,14 @@ async def prune(store: Store, policy: Policy, *, lock_ttl: float, dry_run: bool 
     ops = store.retention
     stop = stop or asyncio.Event()
     cutoffs = policy.cutoffs(await store.now())
-    if dry_run:
+    if dry_run:  # what the real prune below would do, counted, changing nothing
         if policy.removes_runs:
             for status, agent, n, size in await ops.prune_estimate(cutoffs):
                 report.by[(status, agent)] = n
                 report.runs += n
                 report.bytes += size
+        if policy.keep_steps is not None:
+            await _compact(store, policy, report, None, lock_ttl, progress, stop, cutoffs)
         report.seconds = time.monotonic() - started
         return report
     owner = owner_id()
@@ -228,7 +230,7 @@ async def prune(store: Store, policy: Policy, *, lock_ttl: float, dry_run: bool 
             await _remove(store, cutoffs, report, owner, lock_ttl, progress, audit, stop,
                           batch or BATCH.get(store.dialect, 500), started)
         if policy.keep_steps is not None and not stop.is_set():
-            await _compact(store, policy, report, owner, lock_ttl, progress, stop)
+            await _compact(store, policy, report, owner, lock_ttl, progress, stop, None)
         if not stop.is_set():
             await _give_back(store, report, owner, lock_ttl, progress, stop)
     finally:
@@ -284,8 +286,11 @@ async def rest(stop: asyncio.Event, seconds: float) -> None:
         pass
 
 
-async def _compact(store: Store, policy: Policy, report: Report, owner: str, lock_ttl: float,
-                   progress: Progress | None, stop: asyncio.Event) -> None:
+async def _compact(store: Store, policy: Policy, report: Report, owner: str | None,
+                   lock_ttl: float, progress: Progress | None, stop: asyncio.Event,
+                   dry: Cutoffs | None) -> None:
+    """Compact every long log to its last `keep_steps` checkpoints; `dry` (the prune's
+    cut-offs): count what that would remove (runs the prune removes first aside) instead."""
     assert policy.keep_steps is not None
     ops, keep = store.retention, policy.keep_steps
     after = ""
@@ -304,17 +309,21 @@ async def _compact(store: Store, policy: Policy, report: Report, owner: str, loc
             steps = [before]
             if policy.keep_interrupts:
                 steps = sorted(set(await ops.interrupt_steps(tid, before)) | {before})
-            snapshots: dict[int, bytes] = {}
-            for s in steps:
-                state, _ = await load_state(store, run, upto=s)
-                snapshots[s] = serde.dumps(state, "state")
-            removed = await ops.compact_log(tid, snapshots, before, steps[:-1])
+            if dry is not None:
+                removed = await ops.compact_estimate(tid, before, steps[:-1], dry)
+            else:
+                snapshots: dict[int, bytes] = {}
+                for s in steps:
+                    state, _ = await load_state(store, run, upto=s)
+                    snapshots[s] = serde.dumps(state, "state")
+                removed = await ops.compact_log(tid, snapshots, before, steps[:-1])
             if removed:
                 report.compacted_runs += 1
                 report.compacted_rows += removed
         if progress is not None:
             progress(report)
-        await ops.take_lock(LOCK, owner, lock_ttl)
+        if owner is not None:
+            await ops.take_lock(LOCK, owner, lock_ttl)
 
 
 async def _give_back(store: Store, report: Report, owner: str, lock_ttl: float,

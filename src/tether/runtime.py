@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from . import deploy, serde, starting
 from .agent import Agent
+from .closing import stop_local
 from .config import Settings, redact, resolve
 from .context import Message
 from .deploy import Deployment, Upgrade, WorkerInfo
@@ -29,17 +30,7 @@ from .llm import add_usage
 from .outbox import EffectHandler
 from .records import checkpoint_of, effect_of, interrupt_of, run_error, sent_by, to_run
 from .registry import Registry
-from .retention import (
-    Age,
-    Policy,
-    Progress,
-    Report,
-    alongside,
-    known_agent,
-    prune,
-    prune_audit,
-    standing,
-)
+from .retention import Age, Policy, Progress, Report, alongside, known_agent, prune, prune_audit, standing
 from .retry import RetryPolicy
 from .store import make_store
 from .store.audit import audit_of, check_audit_query
@@ -77,8 +68,8 @@ class Runtime:
         store: Store | None = None,
         retention: Policy | Mapping[str, Any] | None = None,
     ) -> None:
-        # The arguments are the code's settings: TETHER_* and [tool.tether] win over them
-        # (tether.config: one precedence for the CLI and the library).
+        # The arguments are the code's settings: they win; TETHER_* and [tool.tether] fill
+        # what they leave out (a tether command applies its flags and TETHER_* over them).
         self._code: dict[str, object] = {"db": db_url, "lease_ttl": lease_ttl,
                                          "poll_interval": poll_interval,
                                          "snapshot_every": snapshot_every,
@@ -132,11 +123,11 @@ class Runtime:
         lease TTL); these win over every other source of those settings."""
         return self.configured({"db": db_url, "lease_ttl": lease_ttl})
 
-    def configured(self, flags: Mapping[str, object],
-                   flag_names: Mapping[str, str] | None = None) -> Runtime:
-        """The same agents, effect handlers and version with the settings found again, with
-        `flags` first (a command's flags; None values are not given): see tether.config."""
-        settings = resolve(flags=flags, code=self._code, flag_names=flag_names)
+    def configured(self, flags: Mapping[str, object], flag_names: Mapping[str, str] | None = None,
+                   *, operator: bool = False) -> Runtime:
+        """The same agents, effect handlers and version, settings found again with `flags`
+        first (None: not given); `operator`: TETHER_* over the code too (tether.config)."""
+        settings = resolve(flags=flags, code=self._code, flag_names=flag_names, operator=operator)
         other = object.__new__(Runtime)
         other._code = self._code
         other._setup(settings, self.version)
@@ -243,6 +234,9 @@ class Runtime:
         return await self.store.status_counts()
 
     async def close(self) -> None:
+        """Stop this process's workers of this runtime (`work()`: their leases given back within
+        the shutdown grace), then disconnect. Leaving `async with runtime:` closes it."""
+        await stop_local(self._workers, self.settings.shutdown_grace)
         self.hub.close()
         self._deploys.close()
         if self._opened:

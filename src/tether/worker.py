@@ -100,6 +100,14 @@ class Worker:
         self._abandoned: dict[Lease, str] = {}  # lease -> why its task was cancelled
         self._orphans: dict[str, Lease] = {}
         self._stopping = False
+        self.stopped = asyncio.Event()
+        """Set once run() has returned: its leases given back (or their release tried)."""
+        self.given_back = 0
+        """At shutdown: the runs whose leases it gave back (any worker resumes them now)."""
+        self.still_leased = 0
+        """At shutdown: leases it could not give back (they expire after the lease TTL)."""
+        self.effects_given_back = 0
+        """At shutdown: effects whose handler it stopped (pending again, for any worker)."""
         self._tg: asyncio.TaskGroup | None = None
         self._reserved = 0  # slots promised to runs being started in this process
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -179,6 +187,7 @@ class Worker:
         finally:
             _RUNNING.discard(self)
             self.hub.detach(self)
+            self.stopped.set()
         log.info("worker %s stopped after %d steps", self.id, self.steps_committed)
 
     async def _run(self, stop: asyncio.Event | None) -> None:
@@ -295,13 +304,15 @@ class Worker:
                 task.cancel()
             if late:
                 await asyncio.wait(late)
-        await self.dispatcher.give_back(timeout=grace)
+        self.effects_given_back = await self.dispatcher.give_back(timeout=grace)
         leases = list(self._orphans.values()) + list(self._leases.values())
         self._orphans.clear()
         if leases:
             try:
                 await self.store.release_runs(leases)
+                self.given_back = len(leases)
             except StoreError as exc:
+                self.still_leased = len(leases)
                 log.warning("could not release %d leases (they expire in %.1fs): %s",
                             len(leases), self.settings.lease_ttl, exc)
 

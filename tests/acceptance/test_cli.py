@@ -58,13 +58,21 @@ APP = textwrap.dedent(
         return tether.finish({"fixed": True})
 
 
-    runtime = tether.Runtime(agents=[greeter, slow, flaky])
+    asker = tether.Agent("asker")
+
+
+    @asker.node(start=True)
+    async def ask(state, ctx):
+        return tether.finish({"answer": ctx.interrupt({"question": "go?"})})
+
+
+    runtime = tether.Runtime(agents=[greeter, slow, flaky, asker])
     not_a_runtime = greeter
     number = 42
 
 
     def make_runtime():
-        return tether.Runtime(agents=[greeter, slow, flaky])
+        return tether.Runtime(agents=[greeter, slow, flaky, asker])
 
 
     def needs_args(a, b):
@@ -257,6 +265,11 @@ def test_start_work_inspect_and_stop(
     assert show(tid, app_dir, env)["status"] == "completed"
     err = (app_dir / "worker-0.err").read_text()
     assert "Traceback" not in err, err
+    # Its last line says it stopped and what it left for other workers.
+    last = (app_dir / "worker-0.out").read_text().splitlines()[-1]
+    assert last.startswith("tether worker: stopped by SIGTERM after "), last
+    assert last.endswith("; 1 run given back (any worker resumes them now), 0 effects left "
+                         "pending for another worker"), last
 
 
 def test_runs_start_is_idempotent_by_key(db_url: str, app_dir: Path) -> None:
@@ -463,6 +476,23 @@ def test_version(app_dir: Path) -> None:
     import tether as package
 
     assert ok(tether("--version", cwd=app_dir, env=cli_env(None))) == f"tether {package.__version__}\n"
+
+
+def test_runs_wait_on_a_run_waiting_for_a_person_says_so(
+        db_url: str, app_dir: Path, background: list[subprocess.Popen[bytes]]) -> None:
+    env = cli_env(db_url)
+    ok(tether("runs", "start", "asker", "--app", "app:runtime", "--thread-id", "ask-1",
+              cwd=app_dir, env=env))
+    start_worker(background, app_dir, env, "--app", "app:runtime")
+    wait_for_status("ask-1", {"waiting"}, app_dir, env)
+    said = timed_out(tether("runs", "wait", "ask-1", "--timeout", "0.3", cwd=app_dir, env=env))
+    assert "it waits for a person to answer its interrupt" in said, said
+    assert "tether runs resume ask-1 --value JSON" in said and "/ui/interrupts" in said, said
+    assert "is a worker running" not in said, said
+    ok(tether("runs", "resume", "ask-1", "--value", '"yes"', "--app", "app:runtime",
+              cwd=app_dir, env=env))
+    done = tether("runs", "wait", "ask-1", "--timeout", "30", "--json", cwd=app_dir, env=env)
+    assert done.returncode == 0 and json.loads(done.stdout)["state"]["answer"] == "yes", done
 
 
 def test_runs_wait_exit_status_says_how_the_run_ended(db_url: str, app_dir: Path) -> None:

@@ -1,6 +1,6 @@
 """Retention on both stores: the policy removes exactly the terminal runs past their age (from
 when they finished) with everything of theirs, leaves tombstones, survives a SIGKILLed
-pruner, and compacts long logs keeping state and interrupts."""
+pruner, and compacts long logs keeping state and interrupts; a dry run previews both."""
 
 from __future__ import annotations
 
@@ -469,5 +469,66 @@ async def test_the_pruner_sees_whether_a_worker_is_running_runs(db_url: str) -> 
             gate.set()
             await asyncio.wait_for(rt.wait(run.thread_id), WAIT)
         assert not await rt.store.retention.running_now()
+    finally:
+        await rt.close()
+
+
+def long_agent() -> Agent:
+    agent = Agent("long")
+
+    @agent.node(start=True)
+    async def tick(state: dict[str, Any], ctx: Context) -> Command:
+        await ctx.call(lambda: 1)  # one journal row per step
+        n = state.get("n", 0) + 1
+        if n == 2:
+            ctx.interrupt({"at": n})
+        if n >= state["steps"]:
+            return finish({"n": n})
+        return goto("tick", {"n": n})
+
+    return agent
+
+
+async def test_a_dry_run_previews_the_removals_and_the_compaction(db_url: str,
+                                                                   tmp_path: Path) -> None:
+    rt = make_runtime(db_url, long_agent())
+    try:
+        async with working(rt, close=False):
+            runs = [await rt.start("long", {"steps": s}) for s in (12, 9, 3, 12)]
+            for r in runs:
+                if (await rt.wait(r.thread_id, until="waiting", timeout=60)).status == "waiting":
+                    await rt.resume(r.thread_id, True)
+            for r in runs:
+                assert (await rt.wait(r.thread_id, timeout=60)).status == "completed"
+        age(db_url, [runs[3].thread_id], 40 * 86400.0)  # the prune removes it before compacting
+        before = counts(db_url)
+        cli = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "tether", "prune", "--completed", "30d", "--keep-steps", "4",
+             "--keep-interrupts", "--dry-run", "--db", db_url],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path,
+            env={k: v for k, v in os.environ.items() if not k.startswith("TETHER_")})
+        dry = {}
+        for keep_interrupts in (True, False):
+            dry[keep_interrupts] = await rt.prune(completed="30d", keep_steps=4,
+                                                  keep_interrupts=keep_interrupts, dry_run=True)
+            assert counts(db_url) == before  # nothing changed
+            # The old run is removed, not compacted; the 3-step run is short.
+            assert (dry[keep_interrupts].runs, dry[keep_interrupts].compacted_runs) == (1, 2)
+        assert dry[False].compacted_rows > dry[True].compacted_rows > 0  # interrupts kept
+        preview = dry[True]
+        assert cli.returncode == 0, cli.stderr
+        assert "would remove 1 runs" in cli.stdout, cli.stdout
+        assert f"would compact 2 runs ({preview.compacted_rows} rows)" in cli.stdout, cli.stdout
+        real = await rt.prune(completed="30d", keep_steps=4, keep_interrupts=True)
+        assert (real.runs, real.compacted_runs, real.compacted_rows) == (
+            preview.runs, preview.compacted_runs, preview.compacted_rows)
+        after = counts(db_url)
+        long = [runs[0].thread_id, runs[1].thread_id]
+        gone = sum(before[t][tid] - after[t].get(tid, 0) for t in ("checkpoints", "journal")
+                   for tid in long)
+        assert gone == preview.compacted_rows
+        again = await rt.prune(completed="30d", keep_steps=4, keep_interrupts=True, dry_run=True)
+        assert (again.runs, again.compacted_runs, again.compacted_rows) == (0, 0, 0)
     finally:
         await rt.close()

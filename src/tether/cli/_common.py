@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from typing import Any, TypeVar
@@ -15,7 +16,7 @@ import click
 import orjson
 
 from .. import eventloop, serde
-from ..config import resolve_app
+from ..config import loading_app, resolve_app
 from ..errors import AppImportError, ConfigError, TetherError
 from ..runtime import Runtime
 
@@ -46,6 +47,8 @@ def load_app(target: str, source: str = "--app") -> Runtime:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
+    except TetherError:
+        raise  # a bad setting or definition in the app says so itself
     except Exception as exc:
         raise AppImportError(f"cannot import module {module_name!r} for the app ({source}): "
                              f"{exc!r}") from exc
@@ -72,19 +75,22 @@ def load_app(target: str, source: str = "--app") -> Runtime:
 def runtime_for(db: str | None, app: str | None, need_app: bool = False,
                 **flags: object) -> Runtime:
     """The Runtime a command works on: the app's (--app, else TETHER_APP, else `app` in
-    [tool.tether]), or a plain one without an app; its settings found by tether.config's one
-    precedence, the command's flags (--db and `flags`; None = not given) first."""
+    [tool.tether]), or a plain one without an app; the command's flags (--db and `flags`;
+    None = not given), then TETHER_*, applied over it (tether.config, operator=True)."""
     target, source = resolve_app(app)
     given = {k: v for k, v in {"db": db, **flags}.items() if v is not None}
     if target:
-        rt = load_app(target, source)
+        with loading_app():
+            rt = load_app(target, source)
     elif need_app:
         raise ConfigError("this command needs your tether.Runtime: pass --app module:attr, "
                           "set TETHER_APP, or put app = \"module:attr\" under [tool.tether] in "
                           "pyproject.toml")
     else:
         rt = Runtime()
-    return rt.configured(given) if given else rt
+    applied = rt.configured(given, operator=True)
+    # Nothing to apply over the app: the app's own object (its code may hold it).
+    return rt if not given and applied.settings == rt.settings else applied
 
 
 def run(main: Coroutine[Any, Any, int], verbose: bool = False) -> int:
@@ -129,11 +135,16 @@ def on_runtime(db: str | None, app: str | None, verbose: bool,
 
 
 def json_value(text: str, flag: str) -> Any:
-    """An option's JSON, or a ConfigError naming the flag."""
+    """An option's JSON, or a ConfigError naming the flag (with how to quote a string when the
+    text is a bare word)."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"{flag} is not valid JSON: {exc}") from None
+        hint = ""
+        if text.strip() and not text.lstrip().startswith(("{", "[", '"')):
+            hint = (f"; a string is quoted JSON: {flag} {shlex.quote(orjson.dumps(text).decode())}"
+                    " (true, false, null and numbers are bare)")
+        raise ConfigError(f"{flag} is not valid JSON: {exc}{hint}") from None
 
 
 def cli_actor() -> str:

@@ -157,7 +157,8 @@ def _print(report: Report) -> None:
     c.print(f"{verb} {report.runs:,} runs"
             + (f" ({report.bytes:,} bytes of payloads)" if report.dry_run else
                f" and {report.rows:,} rows in {report.seconds:.1f} s")
-            + (f"; compacted {report.compacted_runs:,} runs ({report.compacted_rows:,} rows)"
+            + (f"; {'would compact' if report.dry_run else 'compacted'} "
+               f"{report.compacted_runs:,} runs ({report.compacted_rows:,} rows)"
                if report.compacted_runs else ""))
     if report.by:
         table = Table("status", "agent", "runs")

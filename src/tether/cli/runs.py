@@ -70,8 +70,24 @@ async def _wait(rt: Runtime, r: Run, timeout: float, until: tuple[str, ...] | No
         goal = " or ".join(until) if until else "finished"
         raise WaitTimeout(
             f"run {r.thread_id} is still {now.status.value} after {timeout:g}s, not {goal}; "
-            f"is a worker running (tether worker --app ...)? Look again with: tether runs show "
-            f"{r.thread_id}") from None
+            f"{_why_still(now)}") from None
+
+
+def _why_still(r: Run) -> str:
+    """What a run that did not get there yet is waiting for, and what to do about it."""
+    tid = r.thread_id
+    if r.status is RunStatus.WAITING and r.waiting_for == "interrupt":
+        return (f"it waits for a person to answer its interrupt (no worker can move it on): "
+                f"see the question with `tether interrupts --thread {tid}`, answer with "
+                f"`tether runs resume {tid} --value JSON` or in the inbox of `tether serve` "
+                f"(/ui/interrupts)")
+    if r.status is RunStatus.WAITING and r.waiting_for == "mail":
+        return (f"it waits for mail: send it some with `tether runs send {tid} --message JSON`")
+    if r.status is RunStatus.WAITING and r.waiting_for:
+        return (f"it waits for {r.waiting_for}; is a worker running (tether worker --app ...)? "
+                f"Look again with: tether runs show {tid}")
+    return (f"is a worker running (tether worker --app ...)? Look again with: tether runs show "
+            f"{tid}")
 
 
 STATUSES = tuple(s.value for s in RunStatus)

@@ -1,6 +1,6 @@
 """`tether worker`: a worker process until SIGTERM or SIGINT (then it finishes or gives back
-the runs it holds, and exits 0). At start it prints the settings in effect and where each came
-from (tether.config's precedence: flag, environment, [tool.tether], the code, the default).
+the runs it holds, prints what it gave back, and exits 0). At start it prints the settings in
+effect and where each came from (a flag, then TETHER_*, over the app's own: tether.config).
 `--metrics-port` serves its Prometheus metrics on 127.0.0.1, `--log-format json` writes one
 JSON line per finished or failed run, and the OpenTelemetry SDK is configured from the OTEL_*
 variables when it is installed and OTEL_TRACES_EXPORTER is set."""
@@ -18,6 +18,7 @@ from ..config import redact, resolve_app
 from ..errors import ConfigError
 from ..retention import parse_age
 from ..runtime import Runtime
+from ..worker import Worker
 from ._common import PORT, POSITIVE_FLOAT, POSITIVE_INT, connection_options, run, runtime_for
 from ._root import cli
 
@@ -70,19 +71,48 @@ def worker(concurrency: int | None, lease_ttl: float | None, metrics_port: int |
                 observe.enable_json_logs(rt)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
+            stopping: list[Worker] = []
+            signals: list[int] = []
+
+            def on_signal(sig: int) -> None:
+                signals.append(sig)
+                stopping.extend(w for w in rt.local_workers if w not in stopping)
+                stop.set()
+
             for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, on_signal, sig)
             print(describe(rt, app, metrics_port), flush=True)
             try:
                 await rt.work(stop=stop)
             finally:
                 await rt.close()
+            print(stopped_line(stopping, signals), flush=True)
         finally:
             for s in reversed(stops):
                 s()
         return 0
 
     return run(main(), verbose)
+
+
+def stopped_line(workers: list[Worker], signals: list[int]) -> str:
+    """The worker's last line: why it stopped and what it left for others."""
+    why = f" by {signal.Signals(signals[0]).name}" if signals else ""
+    steps = sum(w.steps_committed for w in workers)
+    back = sum(w.given_back for w in workers)
+    effects = sum(w.effects_given_back for w in workers)
+    held = sum(w.still_leased for w in workers)
+    line = (f"tether worker: stopped{why} after {plural(steps, 'step')}; "
+            f"{plural(back, 'run')} given back (any worker resumes them now), "
+            f"{plural(effects, 'effect')} left pending for another worker")
+    if held:
+        line += (f"; {plural(held, 'run')} still leased (claimable again after the lease TTL, "
+                 f"{workers[0].settings.lease_ttl:g}s)")
+    return line
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
 def describe(rt: Runtime, app_flag: str | None, metrics_port: int | None = None) -> str:

@@ -1,5 +1,5 @@
 """The demo's agents, importable by worker subprocesses (`--app tether.demo.app:runtime`).
-Paths come from the environment: TETHER_DB, DEMO_CALL_LOG, DEMO_SINK."""
+The database is the worker's --db; the paths come from DEMO_CALL_LOG and DEMO_SINK."""
 
 from __future__ import annotations
 

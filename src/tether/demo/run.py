@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..config import ENV_PREFIX, TYPES
 from ..errors import TetherError
 
 con = Console()
@@ -42,9 +43,10 @@ class Sandbox:
         self.db = f"sqlite:///{os.path.join(self.dir, 'demo.db')}"
         self.calls = os.path.join(self.dir, "calls.log")
         self.sink = os.path.join(self.dir, "sink.log")
-        self.env = {**os.environ, "TETHER_DB": self.db, "DEMO_CALL_LOG": self.calls,
-                    "DEMO_SINK": self.sink}
-        os.environ.update({k: self.env[k] for k in ("TETHER_DB", "DEMO_CALL_LOG", "DEMO_SINK")})
+        # Every worker is given --db and every runtime here with_db(): no TETHER_* setting of
+        # the shell reaches a part (a child that picks its own databases must get its own).
+        self.env = {**own_settings_env(), "DEMO_CALL_LOG": self.calls, "DEMO_SINK": self.sink}
+        os.environ.update({k: self.env[k] for k in ("DEMO_CALL_LOG", "DEMO_SINK")})
 
     def worker(self, **extra: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
@@ -60,6 +62,35 @@ class Sandbox:
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def own_settings_env() -> dict[str, str]:
+    """This process's environment without tether's settings (TETHER_DB, TETHER_APP, ...)."""
+    drop = {ENV_PREFIX + name.upper() for name in (*TYPES, "app")}
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+class PartFailed(TetherError):
+    """A child process of a demo part exited non-zero (its last error line says why)."""
+
+
+async def child_output(*args: str, cwd: str | None = None) -> str:
+    """The stdout of `python ARGS` (tether's settings not passed on); PartFailed with the last
+    line of its stderr if it exits non-zero."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        cwd=cwd, env=own_settings_env())
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        last = next((ln for ln in reversed(err.decode(errors="replace").splitlines())
+                     if ln.strip()), "no error output")
+        raise PartFailed(f"`python {' '.join(args)}` exited with status {proc.returncode}: "
+                         f"{last.strip()}")
+    return out.decode()
+
+
+CPU_WORKLOAD = ("-m", "tether.bench.workloads", "C", "sqlite", "200", "10", "100", "1")
+"""Bench workload C at the demo's size: 200 I/O-bound runs beside 10 CPU-bound ones."""
 
 
 def _runtime(box: Sandbox) -> Any:
@@ -252,29 +283,22 @@ async def part_async(box: Sandbox, progress: Progress) -> Outcome:
     variants = [(k, n) for n in (500, 10_000) for k in ("asyncio", "threads")]
     task = progress.add_task("async vs threads", total=len(variants))
     for kind, n in variants:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tether.demo.concurrency", kind, str(n),
-            stdout=asyncio.subprocess.PIPE)
-        out, _ = await proc.communicate()
-        rows.append(json.loads(out))
+        rows.append(json.loads(await child_output("-m", "tether.demo.concurrency", kind, str(n))))
         progress.advance(task)
     details = [f"{r['variant']:<7} n={r['n']:>6}: wall {r['wall_s']:.2f}s "
                f"({r['wall_s'] / r['ideal_s']:.1f}x ideal), peak RSS {r['peak_rss_mib']} MiB, "
                f"{r['kib_per_call']} KiB per live call, at most {r['max_alive']} alive, "
                f"virtual {r['virtual_peak_mib']:.0f} MiB" for r in rows]
     # Separate the I/O layer from the CPU layer: 200 I/O-bound runs beside 10 runs whose
-    # steps burn 100 ms of CPU, inline on the loop versus ctx.cpu_call (bench workload C).
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tether.bench.workloads", "C", "sqlite", "200", "10", "100", "1",
-        stdout=asyncio.subprocess.PIPE, cwd=box.dir)
-    out, _ = await proc.communicate()
+    # steps burn 100 ms of CPU, inline on the loop versus ctx.cpu_call (bench workload C, on
+    # fresh databases of its own in the sandbox).
+    out = await child_output(*CPU_WORKLOAD, cwd=box.dir)
     cpu = {json.loads(line)["metric"]: json.loads(line)["value"]
-           for line in out.decode().splitlines() if line.startswith("{")}
-    if cpu:
-        details.append(
-            "CPU work beside 200 I/O-bound runs, their wall/ideal: alone "
-            f"{cpu['w2_wall_over_ideal_alone']}x, CPU inline {cpu['w2_wall_over_ideal_cpu_inline']}x,"
-            f" offloaded with ctx.cpu_call {cpu['w2_wall_over_ideal_cpu_offloaded']}x")
+           for line in out.splitlines() if line.startswith("{")}
+    details.append(
+        "CPU work beside 200 I/O-bound runs, their wall/ideal: alone "
+        f"{cpu['w2_wall_over_ideal_alone']}x, CPU inline {cpu['w2_wall_over_ideal_cpu_inline']}x,"
+        f" offloaded with ctx.cpu_call {cpu['w2_wall_over_ideal_cpu_offloaded']}x")
     big = {r["variant"]: r for r in rows if r["n"] == 10_000}
     return Outcome("async", True,
                    f"10,000 calls: asyncio {big['asyncio']['wall_s']:.2f}s, "
@@ -373,7 +397,8 @@ async def run_demo(parts: list[str]) -> int:
             try:
                 outcomes.append(await PARTS[name](box, progress))
             except Exception as exc:  # a failed part is reported, the others still run
-                outcomes.append(Outcome(name, False, f"error: {exc!r}"))
+                why = str(exc) if isinstance(exc, TetherError) else repr(exc)
+                outcomes.append(Outcome(name, False, f"error: {why}"))
             finally:
                 box.close()
     table = Table("part", "result", "what happened", title="tether demo (embedded SQLite)")
@@ -382,4 +407,7 @@ async def run_demo(parts: list[str]) -> int:
                       "\n".join([o.summary, *o.details]))
     con.print(table)
     con.print(f"finished in {time.monotonic() - t0:.1f}s")
-    return 0 if all(o.ok for o in outcomes) else 1
+    failed = [o.part for o in outcomes if not o.ok]
+    if failed:
+        con.print(f"[red]FAILED[/red]: {', '.join(failed)} (exit status 1)")
+    return 1 if failed else 0

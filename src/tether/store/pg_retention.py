@@ -106,3 +106,9 @@ class PgRetention:
             return max(0, a.rowcount) + max(0, b.rowcount)
 
         return await self._conns.transaction(body)
+
+    async def compact_estimate(self, thread_id: str, before: int, keep: Sequence[int],
+                               cutoffs: Cutoffs) -> int:
+        rows = await self._rows("compact_estimate", {
+            "thread_id": thread_id, "before": before, "keep": list(keep), **cutoffs.params()})
+        return int(rows[0][0]) if rows else 0

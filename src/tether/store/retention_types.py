@@ -121,3 +121,8 @@ class Retention(Protocol):
         """In one transaction: rewrite each step of `snapshots` as a snapshot of that state,
         then remove the run's checkpoints before `before` but those in `keep`, and the
         journal of steps before `before`. Returns the rows removed."""
+
+    async def compact_estimate(self, thread_id: str, before: int, keep: Sequence[int],
+                               cutoffs: Cutoffs) -> int:
+        """The rows compact_log(thread_id, ..., before, keep) would remove now, changing
+        nothing; 0 for a run a prune with `cutoffs` removes first."""

@@ -122,3 +122,10 @@ class SQLiteRetention:
 
         removed: int = await self._write(job)
         return removed
+
+    async def compact_estimate(self, thread_id: str, before: int, keep: Sequence[int],
+                               cutoffs: Cutoffs) -> int:
+        rows = await self._rows("compact_estimate", {
+            "thread_id": thread_id, "before": before, "keep": orjson.dumps(list(keep)).decode(),
+            **cutoffs.params()})
+        return int(rows[0][0]) if rows else 0

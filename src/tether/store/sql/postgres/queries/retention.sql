@@ -127,3 +127,13 @@ DELETE FROM checkpoints WHERE thread_id = %(thread_id)s AND step < %(before)s
 -- name: compact_journal
 -- Journal entries of committed steps before %(before)s: a replay never reads them again.
 DELETE FROM journal WHERE thread_id = %(thread_id)s AND step < %(before)s;
+
+-- name: compact_estimate
+-- The rows compact_checkpoints and compact_journal would remove for the run (a dry run), none
+-- for a run the same prune removes first (prunable under the cut-offs).
+SELECT (SELECT count(*) FROM checkpoints WHERE thread_id = %(thread_id)s AND step < %(before)s
+          AND NOT (step = ANY(%(keep)s::bigint[])))
+     + (SELECT count(*) FROM journal WHERE thread_id = %(thread_id)s AND step < %(before)s)
+FROM runs r WHERE r.thread_id = %(thread_id)s AND NOT COALESCE((
+{{prunable}}
+), false);

@@ -124,3 +124,13 @@ DELETE FROM checkpoints WHERE thread_id = :thread_id AND step < :before
 -- name: compact_journal
 -- Journal entries of committed steps before :before: a replay never reads them again.
 DELETE FROM journal WHERE thread_id = :thread_id AND step < :before;
+
+-- name: compact_estimate
+-- The rows compact_checkpoints and compact_journal would remove for the run (a dry run), none
+-- for a run the same prune removes first (prunable under :completed, :failed, :cancelled).
+SELECT (SELECT count(*) FROM checkpoints WHERE thread_id = :thread_id AND step < :before
+          AND step NOT IN (SELECT value FROM json_each(:keep)))
+     + (SELECT count(*) FROM journal WHERE thread_id = :thread_id AND step < :before)
+FROM runs r WHERE r.thread_id = :thread_id AND NOT COALESCE((
+{{prunable}}
+), 0);
