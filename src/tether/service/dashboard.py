@@ -34,9 +34,9 @@ from ..errors import (
 from ..records import checkpoint_of
 from ..runtime import Runtime
 from .dashboard_auth import COOKIE, SESSION_TTL, UiAuth
-from .dashboard_data import Views
 from .dashboard_input import Refused, RunFilter, check_id, parse_weights
 from .dashboard_live import LiveHub
+from .dashboard_pages import PageViews, add_pages
 from .dashboard_render import environment, render, state_diff, states_at, view_url
 from .events import encode
 
@@ -194,7 +194,7 @@ def dashboard_router(
         audit.info("dashboard %s %s", action, fields,
                    extra={"action": action, "client": client, **fields})
 
-    views = Views(runtime)
+    views = PageViews(runtime)
     overview_data, runs_data, run_data = views.overview, views.runs, views.run
     inbox_data, effects_data, probe = views.inbox, views.effects, views.probe
 
@@ -519,6 +519,8 @@ def dashboard_router(
                          methods=["POST"])
     router.add_api_route("/ui/interrupts/resume", action(do_resume, back_to), methods=["POST"])
     router.add_api_route("/ui/effects/retry", action(do_retry, back_to), methods=["POST"])
+
+    add_pages(router, views, view, page)  # /ui/metrics, /ui/agents/{name}
 
     @router.get("/ui/{rest:path}")
     @view

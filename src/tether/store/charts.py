@@ -1,0 +1,204 @@
+"""What the dashboard's charts (/ui/metrics) and agent pages (/ui/agents/{name}) read of a
+store, assembled once for both dialects from the named queries of queries/charts.sql.
+
+Every query is bounded whatever the store holds: the counts per bucket are time ranges of an
+index (runs_finished, checkpoints_finished), the latency, queue-wait and failure figures are
+taken over the newest SAMPLE rows of the window (the page says so when a sample was full), and
+an agent's edges over the checkpoints of its newest runs (at most EDGE_ROWS of them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+Query = Callable[[str, Mapping[str, Any]], Awaitable[list[tuple[Any, ...]]]]
+
+SAMPLE = 2000
+"""Steps, runs and failed runs read for the percentiles and the failure categories."""
+EDGE_ROWS = 100_000
+"""Checkpoints read for an agent's edges (its newest runs' steps)."""
+PATH_STEPS = 10_000
+"""Steps of one run read to highlight its path."""
+WINDOWS = {"hour": (3600.0, 60.0), "day": (86400.0, 900.0)}
+"""Window name -> (seconds, seconds per bucket): 60 one-minute bars, 96 quarter hours."""
+
+
+def reader(store: Any) -> Query:
+    """The store's named read-only queries, through the read path its own `measure` uses
+    (SQLite's reader connection, Postgres's pool)."""
+    q: Mapping[str, str] = store._q
+    if store.dialect == "sqlite":
+        read = store._r
+
+        async def sqlite_query(name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+            sql = q[name]
+            rows = await read(lambda c: c.execute(sql, dict(params)).fetchall())
+            return [tuple(r) for r in rows]
+
+        return sqlite_query
+    conns = store._conns
+
+    async def pg_query(name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in await conns.read(q[name], dict(params))]
+
+    return pg_query
+
+
+def id_list(store: Any, ids: Sequence[str]) -> Any:
+    """A list of thread_ids as a query parameter of the store's dialect."""
+    return orjson.dumps(list(ids)).decode() if store.dialect == "sqlite" else list(ids)
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """The p-th percentile (0-100) of `values`, nearest rank; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """How many values, their p50 and p95 (seconds)."""
+
+    n: int
+    p50: float | None
+    p95: float | None
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        return cls(len(values), percentile(values, 50), percentile(values, 95))
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The figures of one window ending `now` (database clock): counts per bucket of `width`
+    seconds from `since` (the last bucket ends at `now`), and spreads over the newest SAMPLE
+    rows (`*_full`: the sample was full, older rows of the window were not read)."""
+
+    name: str
+    since: float
+    now: float
+    width: float
+    runs: list[int]
+    steps: list[int]
+    step_latency: dict[str, Spread]
+    run_latency: dict[str, Spread]
+    queue_wait: dict[str, Spread]
+    failures: dict[str, int]
+    failed_by_agent: dict[str, int]
+    steps_full: bool = False
+    runs_full: bool = False
+    queue_full: bool = False
+    failed_full: bool = False
+    statuses: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def runs_total(self) -> int:
+        return sum(self.runs)
+
+    @property
+    def steps_total(self) -> int:
+        return sum(self.steps)
+
+    def per_minute(self, total: int) -> float:
+        return total / ((self.now - self.since) / 60.0)
+
+
+def _buckets(rows: list[tuple[Any, ...]], n: int) -> list[int]:
+    counts = [0] * n
+    for b, c in rows:
+        if b is not None:
+            counts[min(max(int(b), 0), n - 1)] += int(c)  # a row at exactly `now`: the last bar
+    return counts
+
+
+def _by_agent(rows: Sequence[tuple[str, float]]) -> dict[str, Spread]:
+    grouped: dict[str, list[float]] = {}
+    for agent, seconds in rows:
+        grouped.setdefault(agent, []).append(max(0.0, float(seconds)))
+    spreads = {a: Spread.of(v) for a, v in sorted(grouped.items())}
+    if len(grouped) > 1:
+        spreads["(all)"] = Spread.of([max(0.0, float(s)) for _, s in rows])
+    return spreads
+
+
+def category_of(error: Any) -> str:
+    """The failure category a failed run's stored error names ("exception" if none)."""
+    try:
+        raw = bytes(error) if error is not None else b"{}"
+        got = orjson.loads(raw)
+    except (TypeError, ValueError, orjson.JSONDecodeError):
+        return "unknown"
+    return str(got.get("category") or "exception") if isinstance(got, dict) else "unknown"
+
+
+async def window(query: Query, now: float, name: str, sample: int = SAMPLE) -> Window:
+    """The figures of the window called `name` (WINDOWS) ending at `now`."""
+    span, width = WINDOWS[name]
+    since, n = now - span, int(span // width)
+    p: dict[str, Any] = {"since": since, "width": width, "limit": sample}
+    runs = _buckets(await query("charts_runs_finished", p), n)
+    steps = _buckets(await query("charts_steps_finished", p), n)
+    step_rows = await query("charts_step_sample", p)
+    run_rows = await query("charts_run_sample", p)
+    queue_rows = await query("charts_queue_sample", p)
+    failed_rows = await query("charts_failed_sample", p)
+    waits = [(str(a), (float(started) if started is not None else now) - float(created))
+             for a, created, started in queue_rows]
+    failures: dict[str, int] = {}
+    by_agent: dict[str, int] = {}
+    for agent, error, _ in failed_rows:
+        cat = category_of(error)
+        failures[cat] = failures.get(cat, 0) + 1
+        by_agent[str(agent)] = by_agent.get(str(agent), 0) + 1
+    statuses: dict[str, int] = {}
+    for _, status, _ in run_rows:
+        statuses[str(status)] = statuses.get(str(status), 0) + 1
+    return Window(
+        name=name, since=since, now=now, width=width, runs=runs, steps=steps,
+        step_latency=_by_agent([(str(a), float(s)) for a, s in step_rows]),
+        run_latency=_by_agent([(str(a), float(s)) for a, _, s in run_rows]),
+        queue_wait=_by_agent(waits),
+        failures=dict(sorted(failures.items(), key=lambda kv: (-kv[1], kv[0]))),
+        failed_by_agent=dict(sorted(by_agent.items(), key=lambda kv: (-kv[1], kv[0]))),
+        steps_full=len(step_rows) >= sample, runs_full=len(run_rows) >= sample,
+        queue_full=len(queue_rows) >= sample, failed_full=len(failed_rows) >= sample,
+        statuses=statuses)
+
+
+async def throughput(query: Query, now: float) -> tuple[list[int], list[int]]:
+    """Runs and steps finished per minute over the last hour (the overview's sparkline)."""
+    span, width = WINDOWS["hour"]
+    p = {"since": now - span, "width": width}
+    n = int(span // width)
+    return (_buckets(await query("charts_runs_finished", p), n),
+            _buckets(await query("charts_steps_finished", p), n))
+
+
+@dataclass(frozen=True, slots=True)
+class Edges:
+    """The transitions seen in some runs: (node, next node or None once finished) -> count,
+    and whether the EDGE_ROWS cap cut the read short."""
+
+    counts: dict[tuple[str, str | None], int]
+    cut: bool
+
+
+async def edges(query: Query, ids: Any, limit: int = EDGE_ROWS) -> Edges:
+    rows = await query("agent_edges", {"ids": ids, "limit": limit})
+    counts = {(str(a), None if b is None else str(b)): int(c) for a, b, c in rows}
+    return Edges(counts, sum(counts.values()) >= limit)
+
+
+async def path(query: Query, thread_id: str, limit: int = PATH_STEPS
+               ) -> list[tuple[int, str, str | None]]:
+    """One run's steps in order: (step, node, next node)."""
+    rows = await query("agent_path", {"thread_id": thread_id, "limit": limit})
+    return [(int(s), str(a), None if b is None else str(b)) for s, a, b in rows]
