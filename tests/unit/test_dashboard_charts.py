@@ -1,0 +1,118 @@
+"""The dashboard's charts without a store: the figures a window assembles from its queries'
+rows (store/charts.py) and the SVG drawn from them (service/dashboard_svg.py)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+import pytest
+
+from tether.service.dashboard_svg import END, bars, graph, layout, sparkline
+from tether.store import charts
+
+NOW = 1_800_000_000.0
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    values = [float(v) for v in range(100, 0, -1)]
+    assert charts.percentile(values, 50) == 50.0
+    assert charts.percentile(values, 95) == 95.0
+    assert charts.percentile([3.0], 95) == 3.0
+    assert charts.percentile([], 50) is None
+    assert charts.Spread.of([1.0, 2.0, 3.0, 4.0]) == charts.Spread(4, 2.0, 4.0)
+
+
+def test_failure_categories_are_read_from_the_stored_error() -> None:
+    assert charts.category_of(b'{"category": "timeout", "type": "T"}') == "timeout"
+    assert charts.category_of(memoryview(b'{"type": "E"}')) == "exception"
+    assert charts.category_of(None) == "exception"
+    assert charts.category_of(b"not json") == "unknown"
+    assert charts.category_of(b"[1]") == "unknown"
+
+
+def fake(rows: Mapping[str, list[tuple[Any, ...]]]) -> tuple[charts.Query, list[str]]:
+    asked: list[str] = []
+
+    async def query(name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        asked.append(name)
+        assert params["limit"] == 3 and params["since"] == NOW - 3600 and params["width"] == 60
+        return rows.get(name, [])
+
+    return query, asked
+
+
+async def test_a_window_adds_up_its_rows() -> None:
+    err = orjson.dumps({"category": "llm_provider"})
+    query, asked = fake({
+        "charts_runs_finished": [(0, 2), (59, 1), (60, 4)],  # 60: a run at exactly now
+        "charts_steps_finished": [(10, 7)],
+        "charts_step_sample": [("a", 0.5), ("a", 1.5), ("b", 2.0)],
+        "charts_run_sample": [("a", "completed", 3.0), ("b", "failed", 1.0)],
+        "charts_queue_sample": [("a", NOW - 10, NOW - 9), ("a", NOW - 4, None)],
+        "charts_failed_sample": [("b", err, NOW), ("b", err, NOW), ("a", None, NOW)],
+    })
+    w = await charts.window(query, NOW, "hour", sample=3)
+    assert len(w.runs) == 60 and w.runs[0] == 2 and w.runs[59] == 5 and w.runs_total == 7
+    assert w.steps[10] == 7 and w.steps_total == 7
+    assert w.per_minute(60) == 1.0
+    assert w.step_latency["a"] == charts.Spread(2, 0.5, 1.5)
+    assert w.step_latency["(all)"].n == 3
+    assert w.run_latency["b"] == charts.Spread(1, 1.0, 1.0)
+    assert w.statuses == {"completed": 1, "failed": 1}
+    # A run not started yet counts its wait so far (to now): 4 s; the other waited 1 s.
+    assert w.queue_wait == {"a": charts.Spread(2, 1.0, 4.0)}
+    assert w.failures == {"llm_provider": 2, "exception": 1}
+    assert w.failed_by_agent == {"b": 2, "a": 1}
+    assert w.steps_full and w.failed_full and not w.runs_full and not w.queue_full
+    assert len(set(asked)) == 6
+
+
+async def test_the_day_has_quarter_hour_bars() -> None:
+    async def query(name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return [(95, 3)] if name == "charts_runs_finished" else []
+
+    w = await charts.window(query, NOW, "day")
+    assert len(w.runs) == 96 and w.width == 900 and w.runs[95] == 3
+    assert w.per_minute(w.runs_total) == pytest.approx(3 / 1440)
+    assert w.step_latency == {} and w.failures == {}
+
+
+def test_bars_draw_one_bar_per_nonzero_bucket_and_say_the_total() -> None:
+    counts = [0, 3, 0, 6]
+    svg = str(bars(counts, since=NOW - 240, width_s=60, label="runs <finished>"))
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert 'data-total="9"' in svg and "runs &lt;finished&gt;: 9 in all" in svg
+    assert re.findall(r'data-n="(\d+)"', svg) == ["3", "6"]
+    heights = [float(h) for h in re.findall(r'class="bar"[^>]* height="([\d.]+)"', svg)]
+    assert heights[1] == pytest.approx(2 * heights[0])  # scaled to the largest
+    assert "<script" not in svg
+
+
+def test_sparkline_has_a_point_per_bucket() -> None:
+    svg = str(sparkline([0, 1, 2, 1], label="x"))
+    (points,) = re.findall(r'points="([^"]+)"', svg)
+    assert len(points.split()) == 4 and 'data-total="4"' in svg
+
+
+def test_the_graph_lays_out_nodes_by_distance_from_the_start() -> None:
+    edges = {("plan", "act"): 5, ("act", "act"): 3, ("act", "plan"): 1, ("act", END): 5}
+    places = layout(["plan", "act", "review", END], edges, "plan")
+    assert places["plan"].x < places["act"].x < places["review"].x < places[END].x
+    svg = str(graph(["plan", "act", "review", END], edges, "plan",
+                    on=frozenset({("plan", "act"), ("act", END)})))
+    assert re.findall(r'class="edge on" data-from="(\w+)" data-to="([^"]+)"', svg) == [
+        ("plan", "act"), ("act", END)]
+    assert 'data-from="act" data-to="act" data-count="3"' in svg  # the loop is drawn
+    assert re.findall(r'class="node[^"]*" data-node="([^"]+)"', svg) == [
+        "plan", "act", "review", END]
+    assert 'class="node start on" data-node="plan"' in svg
+    assert 'class="node" data-node="review"' in svg  # declared, never reached: not lit
+
+
+def test_the_graph_escapes_node_names() -> None:
+    svg = str(graph(['<img src=x onerror="alert(1)">', "b"],
+                    {('<img src=x onerror="alert(1)">', "b"): 1}, None))
+    assert "<img" not in svg and "&lt;img" in svg
