@@ -33,12 +33,18 @@ def test_failure_categories_are_read_from_the_stored_error() -> None:
     assert charts.category_of(b"[1]") == "unknown"
 
 
-def fake(rows: Mapping[str, list[tuple[Any, ...]]]) -> tuple[charts.Query, list[str]]:
-    asked: list[str] = []
+M = int(NOW // 60)  # the minute under way at NOW: the hour's last bucket
+
+
+def fake(rows: Mapping[str, list[tuple[Any, ...]]]) -> tuple[charts.Query, list[tuple[str, Any]]]:
+    asked: list[tuple[str, Any]] = []
 
     async def query(name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        asked.append(name)
-        assert params["limit"] == 3 and params["since"] == NOW - 3600 and params["width"] == 60
+        asked.append((name, params["since"]))
+        if name.endswith("_finished"):
+            assert params["width"] == 60
+            return [r for r in rows.get(name, []) if r[0] * 60 >= params["since"]]
+        assert params["limit"] == 3 and params["since"] == (M - 59) * 60
         return rows.get(name, [])
 
     return query, asked
@@ -47,36 +53,55 @@ def fake(rows: Mapping[str, list[tuple[Any, ...]]]) -> tuple[charts.Query, list[
 async def test_a_window_adds_up_its_rows() -> None:
     err = orjson.dumps({"category": "llm_provider"})
     query, asked = fake({
-        "charts_runs_finished": [(0, 2), (59, 1), (60, 4)],  # 60: a run at exactly now
-        "charts_steps_finished": [(10, 7)],
+        "charts_runs_finished": [(M - 59, 2), (M, 5), (M - 60, 9)],  # M - 60: before the hour
+        "charts_steps_finished": [(M - 49, 7)],
         "charts_step_sample": [("a", 0.5), ("a", 1.5), ("b", 2.0)],
         "charts_run_sample": [("a", "completed", 3.0), ("b", "failed", 1.0)],
         "charts_queue_sample": [("a", NOW - 10, NOW - 9), ("a", NOW - 4, None)],
         "charts_failed_sample": [("b", err, NOW), ("b", err, NOW), ("a", None, NOW)],
     })
-    w = await charts.window(query, NOW, "hour", sample=3)
+    w = await charts.window(query, NOW + 30, "hour", sample=3)
     assert len(w.runs) == 60 and w.runs[0] == 2 and w.runs[59] == 5 and w.runs_total == 7
     assert w.steps[10] == 7 and w.steps_total == 7
-    assert w.per_minute(60) == 1.0
+    assert w.since == (M - 59) * 60 and w.per_minute(59.5) == 1.0  # 59.5 minutes covered
     assert w.step_latency["a"] == charts.Spread(2, 0.5, 1.5)
     assert w.step_latency["(all)"].n == 3
     assert w.run_latency["b"] == charts.Spread(1, 1.0, 1.0)
     assert w.statuses == {"completed": 1, "failed": 1}
-    # A run not started yet counts its wait so far (to now): 4 s; the other waited 1 s.
-    assert w.queue_wait == {"a": charts.Spread(2, 1.0, 4.0)}
+    # A run not started yet counts its wait so far (to now): 34 s; the other waited 1 s.
+    assert w.queue_wait == {"a": charts.Spread(2, 1.0, 34.0)}
     assert w.failures == {"llm_provider": 2, "exception": 1}
     assert w.failed_by_agent == {"b": 2, "a": 1}
     assert w.steps_full and w.failed_full and not w.runs_full and not w.queue_full
-    assert len(set(asked)) == 6
+    assert len({name for name, _ in asked}) == 6
+
+
+async def test_complete_buckets_are_counted_once() -> None:
+    rows = {"charts_runs_finished": [(M - 59, 2), (M - 1, 3), (M, 1)]}
+    query, asked = fake(rows)
+    buckets = charts.Buckets()
+    first = await charts.throughput(query, NOW + 45, buckets)
+    assert sum(first[0]) == 6
+    assert asked[0] == ("charts_runs_finished", (M - 59) * 60)  # the whole hour, once
+    asked.clear()
+    rows["charts_runs_finished"] = [(M - 59, 99), (M - 1, 99), (M, 4)]  # only M may change
+    again = await charts.throughput(query, NOW + 50, buckets)
+    assert again[0][0] == 2 and again[0][58] == 3 and again[0][59] == 4
+    # Minute M - 1 ended 50 s ago, past GRACE: remembered; only minute M was read again.
+    assert asked[0] == ("charts_runs_finished", M * 60)
+    asked.clear()
+    later = await charts.throughput(query, NOW + 60 * 60 + 45, buckets)  # an hour on
+    assert asked[0] == ("charts_runs_finished", (M + 1) * 60)  # M left the window
+    assert sum(later[0]) == 0
 
 
 async def test_the_day_has_quarter_hour_bars() -> None:
     async def query(name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        return [(95, 3)] if name == "charts_runs_finished" else []
+        return [(int(NOW // 900), 3)] if name == "charts_runs_finished" else []
 
-    w = await charts.window(query, NOW, "day")
+    w = await charts.window(query, NOW + 450, "day")
     assert len(w.runs) == 96 and w.width == 900 and w.runs[95] == 3
-    assert w.per_minute(w.runs_total) == pytest.approx(3 / 1440)
+    assert w.per_minute(w.runs_total) == pytest.approx(3 / (95 * 15 + 7.5))
     assert w.step_latency == {} and w.failures == {}
 
 

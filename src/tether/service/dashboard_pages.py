@@ -40,6 +40,7 @@ class PageViews(Views):
     def __init__(self, runtime: Runtime) -> None:
         super().__init__(runtime)
         self._tip: tuple[float, str] | None = None  # (when it last changed, fingerprint)
+        self._buckets = charts.Buckets()  # complete buckets' counts, read once
 
     async def _query(self) -> tuple[Any, charts.Query]:
         store = (await self.runtime.open()).store
@@ -48,7 +49,7 @@ class PageViews(Views):
     async def overview(self) -> dict[str, Any]:
         data = await super().overview()
         store, query = await self._query()
-        runs, steps = await charts.throughput(query, await store.now())
+        runs, steps = await charts.throughput(query, await store.now(), self._buckets)
         data["spark"] = {
             "runs": sparkline(runs, label=f"runs finished per minute, last hour: {sum(runs)}"),
             "steps": sparkline(steps, label=f"steps per minute, last hour: {sum(steps)}"),
@@ -59,7 +60,8 @@ class PageViews(Views):
         store, query = await self._query()
         now = await store.now()
         started = time.perf_counter()
-        windows = [await charts.window(query, now, name) for name in charts.WINDOWS]
+        windows = [await charts.window(query, now, name, buckets=self._buckets)
+                   for name in charts.WINDOWS]
         took = time.perf_counter() - started
         totals = await self.store_counts()
         parked: dict[str, dict[str, int]] = {}

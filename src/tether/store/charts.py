@@ -79,7 +79,7 @@ class Spread:
 @dataclass(frozen=True, slots=True)
 class Window:
     """The figures of one window ending `now` (database clock): counts per bucket of `width`
-    seconds from `since` (the last bucket ends at `now`), and spreads over the newest SAMPLE
+    seconds from `since` (the last bucket holds `now`), and spreads over the newest SAMPLE
     rows (`*_full`: the sample was full, older rows of the window were not read)."""
 
     name: str
@@ -111,12 +111,45 @@ class Window:
         return total / ((self.now - self.since) / 60.0)
 
 
-def _buckets(rows: list[tuple[Any, ...]], n: int) -> list[int]:
-    counts = [0] * n
-    for b, c in rows:
-        if b is not None:
-            counts[min(max(int(b), 0), n - 1)] += int(c)  # a row at exactly `now`: the last bar
-    return counts
+class Buckets:
+    """Counts per bucket of the runs and steps finished, remembered once a bucket is complete
+    (it ended GRACE seconds ago): a window's next read counts only from its first bucket not
+    remembered, so the day's 96 bars cost one quarter hour's range, not a day's. One per
+    dashboard; a bucket pruned (tether prune) after it was counted keeps its count until it
+    leaves the window."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, float], dict[int, int]] = {}
+
+    async def counts(self, query: Query, name: str, width: float, first: int, last: int,
+                     now: float) -> list[int]:
+        """The counts of query `name` in buckets first..last (bucket k: [k, k+1) * width)."""
+        known = self._known.setdefault((name, width), {})
+        for k in [k for k in known if k < first]:
+            del known[k]
+        start = first
+        while start in known and start <= last:
+            start += 1
+        got: dict[int, int] = {}
+        if start <= last:
+            for b, c in await query(name, {"since": start * width, "width": width}):
+                got[int(b)] = got.get(int(b), 0) + int(c)
+        complete = math.floor((now - GRACE) / width)  # buckets below it are complete
+        for k in range(start, min(last + 1, complete)):
+            known[k] = got.get(k, 0)
+        return [known[k] if k < start else got.get(k, 0) for k in range(first, last + 1)]
+
+
+GRACE = 30.0
+"""A bucket is complete this long after its end: a step or run that finished before the end
+has committed by then (finished_at is taken before the commit)."""
+
+
+def _span(now: float, name: str) -> tuple[float, int, int]:
+    """A window's bucket width and its first and last bucket (the last holds `now`)."""
+    span, width = WINDOWS[name]
+    last = math.floor(now / width)
+    return width, last - int(span // width) + 1, last
 
 
 def _by_agent(rows: Sequence[tuple[str, float]]) -> dict[str, Spread]:
@@ -139,13 +172,16 @@ def category_of(error: Any) -> str:
     return str(got.get("category") or "exception") if isinstance(got, dict) else "unknown"
 
 
-async def window(query: Query, now: float, name: str, sample: int = SAMPLE) -> Window:
-    """The figures of the window called `name` (WINDOWS) ending at `now`."""
-    span, width = WINDOWS[name]
-    since, n = now - span, int(span // width)
-    p: dict[str, Any] = {"since": since, "width": width, "limit": sample}
-    runs = _buckets(await query("charts_runs_finished", p), n)
-    steps = _buckets(await query("charts_steps_finished", p), n)
+async def window(query: Query, now: float, name: str, sample: int = SAMPLE,
+                 buckets: Buckets | None = None) -> Window:
+    """The figures of the window called `name` (WINDOWS) ending at `now`: its buckets are
+    aligned to their width (the first starts at `since`, the last is the one under way)."""
+    width, first, last = _span(now, name)
+    since = first * width
+    b = buckets or Buckets()
+    runs = await b.counts(query, "charts_runs_finished", width, first, last, now)
+    steps = await b.counts(query, "charts_steps_finished", width, first, last, now)
+    p: dict[str, Any] = {"since": since, "limit": sample}
     step_rows = await query("charts_step_sample", p)
     run_rows = await query("charts_run_sample", p)
     queue_rows = await query("charts_queue_sample", p)
@@ -173,13 +209,13 @@ async def window(query: Query, now: float, name: str, sample: int = SAMPLE) -> W
         statuses=statuses)
 
 
-async def throughput(query: Query, now: float) -> tuple[list[int], list[int]]:
+async def throughput(query: Query, now: float, buckets: Buckets | None = None
+                     ) -> tuple[list[int], list[int]]:
     """Runs and steps finished per minute over the last hour (the overview's sparkline)."""
-    span, width = WINDOWS["hour"]
-    p = {"since": now - span, "width": width}
-    n = int(span // width)
-    return (_buckets(await query("charts_runs_finished", p), n),
-            _buckets(await query("charts_steps_finished", p), n))
+    width, first, last = _span(now, "hour")
+    b = buckets or Buckets()
+    return (await b.counts(query, "charts_runs_finished", width, first, last, now),
+            await b.counts(query, "charts_steps_finished", width, first, last, now))
 
 
 @dataclass(frozen=True, slots=True)

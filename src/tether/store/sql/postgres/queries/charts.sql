@@ -1,15 +1,16 @@
 -- Postgres: what the dashboard's charts (/ui/metrics) and agent pages (/ui/agents/{name}) read.
 -- Reads only, each bounded: a time range of an index (runs_finished, checkpoints_finished,
--- runs_created), a LIMIT, or both. %(since)s is the window's start, %(width)s a bucket's seconds.
+-- runs_created), a LIMIT, or both. %(since)s is the window's start, %(width)s a bucket's seconds:
+-- bucket k holds [k, k + 1) * %(width)s (the dashboard remembers the complete ones).
 
 -- name: charts_runs_finished
 -- Runs finished (completed, failed or cancelled) per bucket: runs_finished alone.
-SELECT floor((finished_at - %(since)s) / %(width)s)::int AS b, count(*) FROM runs
+SELECT floor(finished_at / %(width)s)::bigint AS b, count(*) FROM runs
 WHERE finished_at >= %(since)s AND finished_at IS NOT NULL GROUP BY b;
 
 -- name: charts_steps_finished
 -- Steps committed per bucket: checkpoints_finished alone.
-SELECT floor((finished_at - %(since)s) / %(width)s)::int AS b, count(*) FROM checkpoints
+SELECT floor(finished_at / %(width)s)::bigint AS b, count(*) FROM checkpoints
 WHERE finished_at >= %(since)s GROUP BY b;
 
 -- name: charts_step_sample
