@@ -141,3 +141,25 @@ def test_the_graph_escapes_node_names() -> None:
     svg = str(graph(['<img src=x onerror="alert(1)">', "b"],
                     {('<img src=x onerror="alert(1)">', "b"): 1}, None))
     assert "<img" not in svg and "&lt;img" in svg
+
+
+async def test_the_day_takes_the_hours_sample_when_it_was_full() -> None:
+    asked: list[tuple[str, float]] = []
+    day_start = (int(NOW // 900) - 95) * 900
+
+    async def query(name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        asked.append((name, params["since"]))
+        if name == "charts_step_sample":
+            return [("a", 1.0)] * 2  # full (sample=2): the day's newest two are these
+        if name == "charts_failed_sample":  # read once, for the day; the hour filters it
+            return [("a", None, NOW - 7200), ("a", None, NOW - 10)]
+        return []
+
+    hour, day = await charts.windows(query, NOW, sample=2)
+    samples = [(n, s) for n, s in asked if n.endswith("_sample")]
+    assert ("charts_step_sample", day_start) not in samples
+    assert [n for n, _ in samples].count("charts_step_sample") == 1
+    assert [n for n, _ in samples].count("charts_run_sample") == 2  # not full: read again
+    assert samples[0] == ("charts_failed_sample", day_start)
+    assert day.step_latency["a"].n == 2 and day.steps_full
+    assert hour.failures == {"exception": 1} and day.failures == {"exception": 2}

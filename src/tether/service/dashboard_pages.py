@@ -60,8 +60,7 @@ class PageViews(Views):
         store, query = await self._query()
         now = await store.now()
         started = time.perf_counter()
-        windows = [await charts.window(query, now, name, buckets=self._buckets)
-                   for name in charts.WINDOWS]
+        windows = await charts.windows(query, now, buckets=self._buckets)
         took = time.perf_counter() - started
         totals = await self.store_counts()
         parked: dict[str, dict[str, int]] = {}

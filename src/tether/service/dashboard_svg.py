@@ -105,7 +105,7 @@ def layout(nodes: Sequence[str], edges: Mapping[tuple[str, str], int],
         col = depth[name]
         row = rows.get(col, 0)
         rows[col] = row + 1
-        placed[name] = Placed(name, 20 + col * 190, 30 + row * 80)
+        placed[name] = Placed(name, 20 + col * 240, 50 + row * 90)
     return placed
 
 
@@ -121,9 +121,9 @@ def graph(nodes: Sequence[str], edges: Mapping[tuple[str, str], int], start: str
     lit = {n for e in on for n in e}
     out = [f'<svg class="graph" role="img" viewBox="0 0 {_n(wide)} {_n(high)}" '
            f'width="{_n(wide)}" height="{_n(high)}" aria-label="agent graph">',
-           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
-           'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z"/>'
-           "</marker></defs>"]
+           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="10" '
+           'markerHeight="10" markerUnits="userSpaceOnUse" orient="auto">'
+           '<path d="M0,0 L10,5 L0,10 z"/></marker></defs>']
     for (a, b), count in edges.items():
         if a not in places or b not in places:
             continue

@@ -18,7 +18,7 @@ import orjson
 
 Query = Callable[[str, Mapping[str, Any]], Awaitable[list[tuple[Any, ...]]]]
 
-SAMPLE = 2000
+SAMPLE = 1000
 """Steps, runs and failed runs read for the percentiles and the failure categories."""
 EDGE_ROWS = 100_000
 """Checkpoints read for an agent's edges (its newest runs' steps)."""
@@ -100,6 +100,13 @@ class Window:
     statuses: dict[str, int] = field(default_factory=dict)
 
     @property
+    def agents(self) -> list[str]:
+        """The agents of the latency tables, "(all)" last."""
+        names = sorted((self.step_latency.keys() | self.run_latency.keys()) - {"(all)"})
+        return names + (["(all)"] if "(all)" in self.step_latency or "(all)" in
+                        self.run_latency else [])
+
+    @property
     def runs_total(self) -> int:
         return sum(self.runs)
 
@@ -172,20 +179,47 @@ def category_of(error: Any) -> str:
     return str(got.get("category") or "exception") if isinstance(got, dict) else "unknown"
 
 
+SAMPLES = ("charts_step_sample", "charts_run_sample", "charts_queue_sample")
+
+
+async def windows(query: Query, now: float, names: Sequence[str] = tuple(WINDOWS),
+                  sample: int = SAMPLE, buckets: Buckets | None = None) -> list[Window]:
+    """The figures of the windows `names` (WINDOWS, narrowest first) ending at `now`: their
+    buckets are aligned to their width (the first starts at `since`, the last is the one under
+    way). A wider window takes a narrower one's sample when it was full (the newest `sample`
+    rows of the day are the hour's then), and the failed runs are read once, for the widest."""
+    b = buckets or Buckets()
+    widest = _span(now, names[-1])
+    failed = await query("charts_failed_sample", {"since": widest[0] * widest[1],
+                                                  "limit": sample})
+    failed_full = len(failed) >= sample
+    out: list[Window] = []
+    prev: dict[str, list[tuple[Any, ...]]] = {}
+    for name in names:
+        width, first, last = _span(now, name)
+        since = first * width
+        runs = await b.counts(query, "charts_runs_finished", width, first, last, now)
+        steps = await b.counts(query, "charts_steps_finished", width, first, last, now)
+        rows = {q: prev[q] if len(prev.get(q, ())) >= sample else
+                await query(q, {"since": since, "limit": sample}) for q in SAMPLES}
+        prev = rows
+        out.append(_window(name, since, now, width, runs, steps, rows,
+                           [r for r in failed if float(r[2]) >= since], sample, failed_full))
+    return out
+
+
 async def window(query: Query, now: float, name: str, sample: int = SAMPLE,
                  buckets: Buckets | None = None) -> Window:
-    """The figures of the window called `name` (WINDOWS) ending at `now`: its buckets are
-    aligned to their width (the first starts at `since`, the last is the one under way)."""
-    width, first, last = _span(now, name)
-    since = first * width
-    b = buckets or Buckets()
-    runs = await b.counts(query, "charts_runs_finished", width, first, last, now)
-    steps = await b.counts(query, "charts_steps_finished", width, first, last, now)
-    p: dict[str, Any] = {"since": since, "limit": sample}
-    step_rows = await query("charts_step_sample", p)
-    run_rows = await query("charts_run_sample", p)
-    queue_rows = await query("charts_queue_sample", p)
-    failed_rows = await query("charts_failed_sample", p)
+    """The figures of the one window called `name` (see windows)."""
+    (w,) = await windows(query, now, (name,), sample, buckets)
+    return w
+
+
+def _window(name: str, since: float, now: float, width: float, runs: list[int],
+            steps: list[int], rows: Mapping[str, list[tuple[Any, ...]]],
+            failed_rows: list[tuple[Any, ...]], sample: int, failed_full: bool) -> Window:
+    step_rows, run_rows = rows["charts_step_sample"], rows["charts_run_sample"]
+    queue_rows = rows["charts_queue_sample"]
     waits = [(str(a), (float(started) if started is not None else now) - float(created))
              for a, created, started in queue_rows]
     failures: dict[str, int] = {}
@@ -205,7 +239,7 @@ async def window(query: Query, now: float, name: str, sample: int = SAMPLE,
         failures=dict(sorted(failures.items(), key=lambda kv: (-kv[1], kv[0]))),
         failed_by_agent=dict(sorted(by_agent.items(), key=lambda kv: (-kv[1], kv[0]))),
         steps_full=len(step_rows) >= sample, runs_full=len(run_rows) >= sample,
-        queue_full=len(queue_rows) >= sample, failed_full=len(failed_rows) >= sample,
+        queue_full=len(queue_rows) >= sample, failed_full=failed_full,
         statuses=statuses)
 
 
