@@ -121,8 +121,8 @@ def graph(nodes: Sequence[str], edges: Mapping[tuple[str, str], int], start: str
     lit = {n for e in on for n in e}
     out = [f'<svg class="graph" role="img" viewBox="0 0 {_n(wide)} {_n(high)}" '
            f'width="{_n(wide)}" height="{_n(high)}" aria-label="agent graph">',
-           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="10" '
-           'markerHeight="10" markerUnits="userSpaceOnUse" orient="auto">'
+           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="14" '
+           'markerHeight="14" markerUnits="userSpaceOnUse" orient="auto">'
            '<path d="M0,0 L10,5 L0,10 z"/></marker></defs>']
     for (a, b), count in edges.items():
         if a not in places or b not in places:
