@@ -159,6 +159,9 @@ def pages(long_id: str) -> dict[str, str]:
         "runs list, latest updated": "/ui/runs?order=updated",
         "inbox": "/ui/interrupts",
         "run of 1,000 steps": f"/ui/runs/{long_id}",
+        "metrics (hour and day)": "/ui/metrics",
+        "agent page (a3)": "/ui/agents/a3",
+        "agent page, one run's path": "/ui/agents/a3?thread_id=r00000003",
     }
 
 

@@ -102,7 +102,9 @@ def shots(base: str, ids: dict[str, str], out: Path) -> None:
                      ("run", f"/ui/runs/{ids['ticker']}"), ("inbox", "/ui/interrupts"),
                      ("effects", "/ui/effects"), ("failed-run", f"/ui/runs/{ids['failing']}"),
                      ("step", f"/ui/runs/{ids['approval']}/steps/1"),
-                     ("deployments", "/ui/deployments"), ("workers", "/ui/workers")]
+                     ("deployments", "/ui/deployments"), ("workers", "/ui/workers"),
+                     ("metrics", "/ui/metrics"),
+                     ("agent", f"/ui/agents/approval?thread_id={ids['approval']}")]
             for name, path in views:
                 page.goto(base + path)
                 if name == "run":

@@ -35,11 +35,11 @@ from ..errors import (
 from ..records import checkpoint_of
 from ..runtime import Runtime
 from .dashboard_auth import COOKIE, SESSION_TTL, UiAuth
-from .dashboard_data import Views
 from .dashboard_input import Refused, RunFilter, check_id, parse_weights
 from .dashboard_live import LiveHub
 from .dashboard_more import NOTICES as MORE_NOTICES
 from .dashboard_more import add_more_actions
+from .dashboard_pages import PageViews, add_pages
 from .dashboard_render import environment, render, state_diff, states_at, view_url
 from .events import encode
 from .streams import HeldStream, StreamSlots, client_of
@@ -213,7 +213,7 @@ def dashboard_router(
         audit.info("dashboard %s %s", action, fields,
                    extra={"action": action, "client": client, **fields})
 
-    views = Views(runtime)
+    views = PageViews(runtime)
     overview_data, runs_data, run_data = views.overview, views.runs, views.run
     inbox_data, effects_data, probe = views.inbox, views.effects, views.probe
 
@@ -564,6 +564,8 @@ def dashboard_router(
     router.add_api_route("/ui/interrupts/resume", action(do_resume, back_to), methods=["POST"])
     router.add_api_route("/ui/effects/retry", action(do_retry, back_to), methods=["POST"])
     add_more_actions(router, runtime, actor, action, back_to_run, back_to, done, record)
+
+    add_pages(router, views, view, page)  # /ui/metrics, /ui/agents/{name}
 
     @router.get("/ui/{rest:path}")
     @view

@@ -1,0 +1,62 @@
+-- Postgres: what the dashboard's charts (/ui/metrics) and agent pages (/ui/agents/{name}) read.
+-- Reads only, each bounded: a time range of an index (runs_finished, checkpoints_finished,
+-- runs_created), a LIMIT, or both. %(since)s is the window's start, %(width)s a bucket's seconds:
+-- bucket k holds [k, k + 1) * %(width)s (the dashboard remembers the complete ones).
+
+-- name: charts_runs_finished
+-- Runs finished (completed, failed or cancelled) per bucket: runs_finished alone.
+SELECT floor(finished_at / %(width)s)::bigint AS b, count(*) FROM runs
+WHERE finished_at >= %(since)s AND finished_at IS NOT NULL GROUP BY b;
+
+-- name: charts_steps_finished
+-- Steps committed per bucket: checkpoints_finished alone.
+SELECT floor(finished_at / %(width)s)::bigint AS b, count(*) FROM checkpoints
+WHERE finished_at >= %(since)s GROUP BY b;
+
+-- name: charts_step_sample
+-- The newest %(limit)s steps of the window, with their run's agent: seconds from start to commit.
+SELECT r.agent, c.finished_at - c.started_at
+FROM (SELECT thread_id, started_at, finished_at FROM checkpoints
+      WHERE finished_at >= %(since)s ORDER BY finished_at DESC LIMIT %(limit)s) AS c
+JOIN runs AS r ON r.thread_id = c.thread_id;
+
+-- name: charts_run_sample
+-- The newest %(limit)s runs finished in the window: agent, status, seconds from start to finish.
+SELECT agent, status, finished_at - created_at FROM runs
+WHERE finished_at >= %(since)s AND finished_at IS NOT NULL
+ORDER BY finished_at DESC LIMIT %(limit)s;
+
+-- name: charts_queue_sample
+-- The newest %(limit)s runs started in the window and the start of their first step (NULL while
+-- none started: the run has waited since created_at). A fork's first step is forked_step + 1.
+SELECT r.agent, r.created_at, c.started_at
+FROM (SELECT thread_id, agent, created_at, forked_step FROM runs
+      WHERE created_at >= %(since)s ORDER BY created_at DESC LIMIT %(limit)s) AS r
+LEFT JOIN checkpoints AS c
+       ON c.thread_id = r.thread_id AND c.step = coalesce(r.forked_step, 0) + 1;
+
+-- name: charts_failed_sample
+-- The %(limit)s newest failed runs (runs_failed, newest first), kept if they failed in the window.
+SELECT agent, error, finished_at
+FROM (SELECT agent, error, finished_at FROM runs WHERE status = 'failed'
+      ORDER BY created_at DESC LIMIT %(limit)s) AS f
+WHERE finished_at >= %(since)s;
+
+-- name: agent_edges
+-- The transitions the given runs took (node -> next node, NULL once finished), with counts,
+-- over at most %(limit)s of their checkpoints.
+SELECT node, next_node, count(*)
+FROM (SELECT node, next_node FROM checkpoints
+      WHERE thread_id = ANY(%(ids)s::text[]) LIMIT %(limit)s) AS c
+GROUP BY node, next_node;
+
+-- name: agent_path
+-- One run's steps in order (at most %(limit)s): the path it took.
+SELECT step, node, next_node FROM checkpoints WHERE thread_id = %(thread_id)s
+ORDER BY step LIMIT %(limit)s;
+
+-- name: charts_tip
+-- The last run and the last step finished: what the live probe of /ui/metrics compares (two
+-- index seeks).
+SELECT (SELECT MAX(finished_at) FROM runs WHERE finished_at IS NOT NULL),
+       (SELECT MAX(finished_at) FROM checkpoints);
