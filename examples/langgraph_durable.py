@@ -146,7 +146,7 @@ async def main() -> None:
             table.add_row(run.thread_id[:12], run.status.value, str(len(steps)),
                           str(len(steps) == len(set(steps))), str(sum(mine.values())),
                           str(sum(n - 1 for n in mine.values())),
-                          "no" if run.state["values"]["published"] == "(withheld)" else "yes")
+                          "no" if run.state["published"] == "(withheld)" else "yes")
     con.print(table)
     con.print("A tool call is repeated only when its super-step was in flight at a kill (its "
               "result was never checkpointed); every finished super-step was kept.")

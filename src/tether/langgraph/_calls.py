@@ -1,0 +1,75 @@
+"""tether.langgraph.call: a journaled call from inside a node of a graph that
+tether.langgraph.agent runs.
+
+    async def research(state, config):
+        note = await tether.langgraph.call(search_tool, state["question"])
+
+In a durable run the call is a journaled call of the tether step running the node's
+super-step: its result is recorded before it is returned, a re-execution of the step (after a
+crash) gets it back without calling again, and a result that reports token usage adds to
+`Run.usage`. Calls are keyed by the LangGraph task making them (its checkpoint namespace,
+which LangGraph derives from the checkpoint the super-step starts from) and their order in
+that task, so parallel nodes of one super-step each get their own results back whatever order
+they run in. Outside a durable run (`graph.invoke` with any checkpointer) it just calls `fn`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, overload
+
+from langgraph.config import get_config
+
+from ..context import Context
+
+__all__ = ["call", "running"]
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Step:
+    ctx: Context
+    counts: Counter[str] = field(default_factory=Counter)
+
+
+_current: ContextVar[_Step | None] = ContextVar("tether_langgraph_step", default=None)
+
+
+@contextmanager
+def running(ctx: Context) -> Iterator[None]:
+    """While a super-step runs in `ctx`'s step: its nodes' `call`s are journaled there."""
+    token = _current.set(_Step(ctx))
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+@overload
+async def call(fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T: ...
+
+
+@overload
+async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
+
+async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` (sync or async), journaled in the tether step running this node
+    when the graph runs under tether.langgraph.agent; called directly otherwise."""
+    step = _current.get()
+    if step is None:
+        value = fn(*args, **kwargs)
+        return await value if inspect.isawaitable(value) else value
+    try:
+        ns = str((get_config().get("configurable") or {}).get("checkpoint_ns", ""))
+    except RuntimeError:  # not inside a node: no task to key the call by
+        ns = ""
+    n = step.counts[ns]
+    step.counts[ns] += 1
+    return await step.ctx.keyed_call(f"{ns}#{n}", fn, *args, **kwargs)

@@ -1,0 +1,176 @@
+"""A durable LangGraph run tells what its graph did: tether checkpoints named after the nodes
+of each super-step, the run's state the graph's channel values at every step, interrupts
+with their values, calls made inside nodes journaled in their step (with LLM usage), and
+LangGraph's own history, update_state and time travel on the same thread (the SIGKILL case
+is tests/acceptance/test_langgraph_visible.py)."""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.messages import AIMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+import tether
+from apps.inprocess import WAIT, make_runtime, working
+from tether.langgraph import TetherSaver, agent, call
+
+
+class State(TypedDict, total=False):
+    notes: Annotated[list[str], operator.add]
+    reply: AIMessage
+    answer: str
+
+
+TOOL: Counter[str] = Counter()
+
+
+async def lookup(query: str) -> str:
+    TOOL[query] += 1
+    return f"found {query}"
+
+
+def fake_model(prompt: str) -> AIMessage:
+    TOOL[prompt] += 1
+    return AIMessage(content=f"re: {prompt}",
+                     usage_metadata={"input_tokens": 7, "output_tokens": 3, "total_tokens": 10})
+
+
+async def left(state: State) -> dict[str, Any]:
+    return {"notes": [await call(lookup, "left")]}
+
+
+FAILS: Counter[str] = Counter()
+
+
+async def right(state: State) -> dict[str, Any]:
+    note = await call(lookup, "right")
+    if FAILS["right"] == 0:  # fails once after its call is journaled: the step runs again
+        FAILS["right"] += 1
+        raise RuntimeError("right fails once")
+    return {"notes": [note]}
+
+
+async def model(state: State) -> dict[str, Any]:
+    return {"reply": await call(fake_model, " + ".join(state["notes"]))}
+
+
+def ask(state: State) -> dict[str, Any]:
+    return {"answer": str(interrupt({"draft": state["reply"].content}))}
+
+
+def parallel_graph(checkpointer: Any = None) -> Any:
+    b = StateGraph(State)
+    b.add_node("left", left)
+    b.add_node("right", right)
+    b.add_node("model", model)
+    b.add_node("ask", ask)
+    b.add_edge(START, "left")
+    b.add_edge(START, "right")
+    b.add_edge(["left", "right"], "model")
+    b.add_edge("model", "ask")
+    b.add_edge("ask", END)
+    return b.compile(checkpointer=checkpointer)
+
+
+def distinct(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive equal states once (an interrupted super-step stores no LangGraph checkpoint
+    of its own: its tether step shows the same values)."""
+    return [s for i, s in enumerate(states) if i == 0 or s != states[i - 1]]
+
+
+def as_json(values: dict[str, Any]) -> dict[str, Any]:
+    out = dict(values)
+    if "reply" in out:
+        out["reply"] = out["reply"].model_dump(mode="json")
+    return out
+
+
+async def test_steps_name_nodes_state_is_values_calls_journaled(db_url: str) -> None:
+    TOOL.clear()
+    FAILS.clear()
+    graph = parallel_graph()
+    durable = agent("lg_visible", graph, retry=tether.RetryPolicy(initial=0.01, jitter=0))
+    rt = make_runtime(db_url, durable)
+    async with working(rt):
+        run = await rt.start(durable, {"notes": []})
+        await rt.wait(run.thread_id, timeout=WAIT, until="waiting")
+        [pending] = await rt.interrupts(thread_id=run.thread_id)
+        [lg] = pending.payload["interrupts"]
+        assert lg["value"] == {"draft": "re: found left + found right"}
+        assert lg["node"] == "ask"
+        await rt.resume(run.thread_id, "ship it")
+        done = await rt.wait(run.thread_id, timeout=WAIT)
+        cps = await rt.checkpoints(run.thread_id)
+        parallel = next(c for c in cps if c.node == "left+right")
+        journal = await rt.calls(run.thread_id, parallel.step)
+        modeled = next(c for c in cps if c.node == "model")
+        model_calls = await rt.calls(run.thread_id, modeled.step)
+        got = await rt.get(run.thread_id)
+    assert done.status == "completed", done.error
+    assert [(c.node, c.next_node) for c in cps] == [
+        ("__start__", "left+right"), ("left+right", "model"), ("model", "ask"),
+        ("ask", "ask"), ("ask", None)]
+    # The state is the graph's values (as JSON) at every step, the last one included.
+    async with TetherSaver.from_conn_string(db_url) as saver:
+        g = parallel_graph(saver)
+        config: RunnableConfig = {"configurable": {"thread_id": run.thread_id}}
+        history = [s async for s in g.aget_state_history(config)]
+        final = await g.aget_state(config)
+    lg_states = [as_json(s.values) for s in reversed(history) if s.metadata["step"] >= 0]
+    assert distinct([c.state for c in cps]) == lg_states
+    assert done.state == as_json(final.values)
+    assert done.state["answer"] == "ship it"
+    # The parallel nodes' calls are the calls of their step; `right` failed once after its
+    # call was journaled and got its own result back, not `left`'s; nothing ran twice.
+    assert sorted(r.result for r in journal if "lookup" in r.name) == ["found left",
+                                                                        "found right"]
+    assert TOOL["left"] == 1 and TOOL["right"] == 1
+    assert sorted(parallel.state["notes"]) == ["found left", "found right"]
+    [llm] = [r for r in model_calls if "fake_model" in r.name]
+    assert llm.result.content == "re: found left + found right"
+    assert got.usage["input_tokens"] == 7 and got.usage["output_tokens"] == 3
+
+
+async def test_history_update_state_and_time_travel_on_a_durable_thread(db_url: str) -> None:
+    TOOL.clear()
+    FAILS.clear()
+    FAILS["right"] = 1  # no failure this time
+    durable = agent("lg_travel", parallel_graph())
+    rt = make_runtime(db_url, durable)
+    async with working(rt), TetherSaver.from_conn_string(db_url) as saver:
+        g = parallel_graph(saver)
+        run = await rt.start(durable, {"notes": []})
+        config: RunnableConfig = {"configurable": {"thread_id": run.thread_id}}
+        await rt.wait(run.thread_id, timeout=WAIT, until="waiting")
+        # A person answers by editing the state instead: LangGraph's update_state, as `ask`.
+        await g.aupdate_state(config, {"answer": "edited"}, as_node="ask")
+        assert (await g.aget_state(config)).next == ()
+        await rt.resume(run.thread_id, "ignored")
+        done = await rt.wait(run.thread_id, timeout=WAIT)
+        assert done.status == "completed", done.error
+        assert done.state["answer"] == "edited"
+        assert done.state == as_json((await g.aget_state(config)).values)
+        cps = await rt.checkpoints(run.thread_id)
+        assert cps[-1].node == "ask" and cps[-1].next_node is None
+
+        history = [s async for s in g.aget_state_history(config)]
+        steps = [s.metadata["step"] for s in history]
+        assert steps == sorted(steps, reverse=True) and len(steps) == len(set(steps))
+        # Time travel: from the checkpoint before `model`, again, on a new branch.
+        before_model = next(s for s in history if s.next == ("model",))
+        calls_before = TOOL[" + ".join(before_model.values["notes"])]
+        await g.ainvoke(None, before_model.config, interrupt_before=["ask"])
+        now = await g.aget_state(config)
+        assert now.next == ("ask",)
+        assert now.parent_config is not None
+        assert TOOL[" + ".join(before_model.values["notes"])] == calls_before + 1
+        # The branch is added to the thread's history; the old checkpoints stay.
+        after = [s.config["configurable"]["checkpoint_id"]
+                 async for s in g.aget_state_history(config)]
+        assert len(after) > len(history)
+        assert {s.config["configurable"]["checkpoint_id"] for s in history} <= set(after)
