@@ -19,11 +19,13 @@ from typing import Any
 import httpx
 import pytest
 from langchain_core.runnables import RunnableConfig
+from playwright.sync_api import expect, sync_playwright
 
 from tether.langgraph import TetherSaver
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "apps"))
 
+from browser import launch
 from http_harness import Procs, app_env, wait_until
 from langgraph_visible_app import build
 
@@ -139,3 +141,42 @@ def test_a_killed_parallel_graph_names_its_nodes_and_shows_its_values(
         assert {k for k in calls if k.startswith(tid)} == {f"{tid}|web", f"{tid}|docs"}
     assert sum(n - 1 for n in calls.values()) <= 4, calls
     assert sum(n - 1 for n in calls.values()) >= 1, calls  # the kill came mid-call
+
+
+# -- the dashboard -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def browser(db_url: str) -> Iterator[Any]:
+    with sync_playwright() as p:  # after the database: see tests/acceptance/test_dashboard.py
+        b = launch(p)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def test_the_interrupt_is_answered_from_the_dashboard(procs: Procs, browser: Any) -> None:
+    server = procs.serve(app=APP)
+    procs.worker(app=APP)
+    page = browser.new_page()
+    page.set_default_timeout(30_000)
+    with server.client() as c:
+        tid = c.post("/runs", json={"agent": "langgraph_visible",
+                                    "input": {"question": "ui"}}).json()["thread_id"]
+        wait_status(c, tid, "waiting")
+        [ask] = c.get("/interrupts", params={"thread_id": tid}).json()["interrupts"]
+        page.goto(f"{server.base_url}/ui/interrupts")
+        item = page.locator(f"li[data-interrupt='{ask['id']}']")
+        expect(item).to_contain_text("docs: ui | web: ui", timeout=30_000)
+        expect(item).to_contain_text("approve")
+        item.get_by_label("Value (JSON)").fill('"yes"')
+        item.get_by_role("button", name="Resume").click()
+        expect(page.locator("h1 .status")).to_have_text("completed", timeout=30_000)
+        expect(page.locator("pre.state")).to_contain_text('"published": "docs: ui | web: ui"')
+        rows = page.locator("table.timeline > tbody > tr")
+        expect(rows).to_have_count(6)
+        expect(rows.nth(1)).to_contain_text("search_web")
+        expect(rows.nth(1)).to_contain_text("search_docs")
+        assert wait_status(c, tid, "completed")["state"]["verdict"] == "yes"
+    page.close()
