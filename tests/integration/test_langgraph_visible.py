@@ -17,7 +17,7 @@ from langgraph.types import interrupt
 
 import tether
 from apps.inprocess import WAIT, make_runtime, working
-from tether.langgraph import TetherSaver, agent, call
+from tether.langgraph import TetherSaver, agent, call, call_sync
 
 
 class State(TypedDict, total=False):
@@ -55,8 +55,8 @@ async def right(state: State) -> dict[str, Any]:
     return {"notes": [note]}
 
 
-async def model(state: State) -> dict[str, Any]:
-    return {"reply": await call(fake_model, " + ".join(state["notes"]))}
+def model(state: State) -> dict[str, Any]:  # a sync node: LangGraph runs it in a thread
+    return {"reply": call_sync(fake_model, " + ".join(state["notes"]))}
 
 
 def ask(state: State) -> dict[str, Any]:

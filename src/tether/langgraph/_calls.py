@@ -1,4 +1,4 @@
-"""tether.langgraph.call: a journaled call from inside a node of a graph that
+"""tether.langgraph.call and call_sync: a journaled call from inside a node of a graph that
 tether.langgraph.agent runs.
 
     async def research(state, config):
@@ -10,11 +10,13 @@ crash) gets it back without calling again, and a result that reports token usage
 `Run.usage`. Calls are keyed by the LangGraph task making them (its checkpoint namespace,
 which LangGraph derives from the checkpoint the super-step starts from) and their order in
 that task, so parallel nodes of one super-step each get their own results back whatever order
-they run in. Outside a durable run (`graph.invoke` with any checkpointer) it just calls `fn`.
+they run in. A sync node uses `call_sync` (LangGraph runs sync nodes in threads of its own).
+Outside a durable run (`graph.invoke` with any checkpointer) it just calls `fn`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -27,7 +29,7 @@ from langgraph.config import get_config
 
 from ..context import Context
 
-__all__ = ["call", "running"]
+__all__ = ["call", "call_sync", "running"]
 
 T = TypeVar("T")
 
@@ -35,6 +37,7 @@ T = TypeVar("T")
 @dataclass
 class _Step:
     ctx: Context
+    loop: asyncio.AbstractEventLoop
     counts: Counter[str] = field(default_factory=Counter)
 
 
@@ -44,7 +47,7 @@ _current: ContextVar[_Step | None] = ContextVar("tether_langgraph_step", default
 @contextmanager
 def running(ctx: Context) -> Iterator[None]:
     """While a super-step runs in `ctx`'s step: its nodes' `call`s are journaled there."""
-    token = _current.set(_Step(ctx))
+    token = _current.set(_Step(ctx, asyncio.get_running_loop()))
     try:
         yield
     finally:
@@ -66,10 +69,35 @@ async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     if step is None:
         value = fn(*args, **kwargs)
         return await value if inspect.isawaitable(value) else value
+    return await step.ctx.keyed_call(_key(step), fn, *args, **kwargs)
+
+
+def call_sync(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`call` for a sync node (LangGraph runs those in a thread of its own): the journaling
+    runs on the worker's event loop, and this thread waits for it."""
+    step = _current.get()
+    if step is None:
+        value = fn(*args, **kwargs)
+        return asyncio.run(value) if inspect.iscoroutine(value) else value
+    try:
+        here = asyncio.get_running_loop()
+    except RuntimeError:
+        here = None
+    if here is step.loop:
+        raise RuntimeError("tether.langgraph.call_sync() would block the event loop it needs: "
+                           "in an async node, use `await tether.langgraph.call(...)`")
+    key = _key(step)
+    return asyncio.run_coroutine_threadsafe(
+        step.ctx.keyed_call(key, fn, *args, **kwargs), step.loop).result()
+
+
+def _key(step: _Step) -> str:
+    """The next call's key: the LangGraph task making it (its checkpoint namespace, the same
+    when a re-execution runs the task again) and how many calls that task made before it."""
     try:
         ns = str((get_config().get("configurable") or {}).get("checkpoint_ns", ""))
     except RuntimeError:  # not inside a node: no task to key the call by
         ns = ""
     n = step.counts[ns]
     step.counts[ns] += 1
-    return await step.ctx.keyed_call(f"{ns}#{n}", fn, *args, **kwargs)
+    return f"{ns}#{n}"
