@@ -3,7 +3,8 @@
     python examples/langgraph_durable.py
 
 The graph is plain LangGraph: `research` calls a tool (slow, logged to a file so real calls
-can be counted) four times, looping on itself; `approve` asks a person with LangGraph's
+can be counted; through tether.langgraph.call, so each call is journaled) four times, looping
+on itself; `approve` asks a person with LangGraph's
 `interrupt()`; `publish` finishes. `tether.langgraph.agent` makes it a tether agent, so a
 worker process runs it under a lease, one super-step per step, checkpointed by TetherSaver in
 tether's database. This script starts 3 runs, starts a worker, SIGKILLs it mid-graph, twice,
@@ -30,7 +31,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
 import tether
-from tether.langgraph import TetherSaver
+from tether.langgraph import TetherSaver, call
 from tether.langgraph import agent as langgraph_agent
 
 TOOL_LOG = os.environ.get("LANGGRAPH_TOOL_LOG",
@@ -56,7 +57,9 @@ async def search_tool(thread_id: str, query: str) -> str:
 
 async def research(state: State, config: RunnableConfig) -> dict[str, Any]:
     n = len(state.get("notes", []))
-    note = await search_tool(config["configurable"]["thread_id"], f"{state['question']} #{n}")
+    # Journaled: a worker that takes over after a kill gets a finished call's result back.
+    note = await call(search_tool, config["configurable"]["thread_id"],
+                      f"{state['question']} #{n}")
     return {"notes": [note]}
 
 
