@@ -94,7 +94,8 @@ runtime = tether.Runtime(DB, agents=[support], lease_ttl=2.0, poll_interval=0.1)
 
 def _worker() -> subprocess.Popen[bytes]:
     here = os.path.dirname(os.path.abspath(__file__))
-    env = {**os.environ, "LANGGRAPH_TOOL_LOG": TOOL_LOG, "PYTHONPATH": here}
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "LANGGRAPH_TOOL_LOG": TOOL_LOG, "PYTHONPATH": path}
     return subprocess.Popen(
         [sys.executable, "-m", "tether", "worker", "--app", "langgraph_durable:runtime",
          "--db", DB, "--concurrency", "10"], env=env, stdout=subprocess.DEVNULL)
