@@ -174,3 +174,32 @@ async def test_history_update_state_and_time_travel_on_a_durable_thread(db_url: 
                  async for s in g.aget_state_history(config)]
         assert len(after) > len(history)
         assert {s.config["configurable"]["checkpoint_id"] for s in history} <= set(after)
+
+
+async def test_a_run_on_a_thread_langgraph_has_continues_it(db_url: str) -> None:
+    TOOL.clear()
+    FAILS.clear()
+    FAILS["right"] = 1
+    durable = agent("lg_adopt", parallel_graph())
+    rt = make_runtime(db_url, durable)
+    await rt.migrate()
+    # The thread was begun by plain LangGraph on TetherSaver, up to `ask`.
+    async with TetherSaver.from_conn_string(db_url) as saver:
+        g = parallel_graph(saver)
+        config: RunnableConfig = {"configurable": {"thread_id": "adopted"}}
+        await g.ainvoke({"notes": ["seed"]}, config, interrupt_before=["ask"])
+        assert (await g.aget_state(config)).next == ("ask",)
+    calls = sum(TOOL.values())
+    async with working(rt):
+        await rt.start(durable, {"notes": ["ignored"]}, thread_id="adopted")
+        await rt.wait("adopted", timeout=WAIT, until="waiting")
+        await rt.resume("adopted", "ok")
+        done = await rt.wait("adopted", timeout=WAIT)
+        cps = await rt.checkpoints("adopted")
+    assert done.status == "completed", done.error
+    assert sum(TOOL.values()) == calls  # nothing before `ask` ran again
+    # The first step ran nothing: it took LangGraph's values and named what runs next.
+    assert [(c.node, c.next_node) for c in cps] == [
+        ("__start__", "ask"), ("ask", "ask"), ("ask", None)]
+    assert cps[0].state["notes"] == ["seed", "found left", "found right"]
+    assert done.state["answer"] == "ok"
