@@ -115,6 +115,24 @@ async def test_two_interrupts_in_one_node_each_answered_once(db_url: str) -> Non
     assert done.status == "completed" and done.state["answer"] == "a+b"
 
 
+async def test_a_fork_starts_the_graph_again_from_the_forked_values(db_url: str) -> None:
+    looped = agent("lg_fork", loop_graph())
+    rt = make_runtime(db_url, looped)
+    async with working(rt):
+        run = await rt.start(looped, {"messages": []})
+        await rt.wait(run.thread_id, timeout=WAIT)
+        forked = await rt.fork(run.thread_id, 3)  # after m1, m2
+        done = await rt.wait(forked.thread_id, timeout=WAIT)
+        cps = await rt.checkpoints(forked.thread_id)
+    assert done.status == "completed", done.error
+    assert done.state == {"messages": [f"m{i}" for i in range(1, STEPS + 1)]}
+    # A step named after the node it forked at, which runs nothing (LangGraph has no thread
+    # for the new run yet), then LangGraph's START with the forked values as input.
+    assert [(c.node, c.next_node) for c in cps][:3] == [
+        ("step", "__start__"), ("__start__", "step"), ("step", "step")]
+    assert cps[1].state == {"messages": ["m1", "m2"]}
+
+
 async def test_output_shapes_the_final_state(db_url: str) -> None:
     looped = agent("lg_out", loop_graph(), output=lambda v: {"count": len(v["messages"])})
     rt = make_runtime(db_url, looped)

@@ -120,6 +120,8 @@ def agent(name: str, graph: Graph, *, output: Output | None = None,
         if started != here:  # a crashed execution of this step stored its super-step
             return moved(state, snap)
         if here is None:  # the run's input is the graph's: LangGraph's START, alone
+            if ctx.node not in (START, NODE):  # a fork: LangGraph has no thread for it yet
+                return goto(START)
             await g.ainvoke(dict(state), config, interrupt_before="*", durability="sync")
             return moved(state, await g.aget_state(config))
         if snap.interrupts:
