@@ -241,6 +241,18 @@ class Context:
                      _gen_ai(decoded, usage, kwargs))
         return decoded
 
+    async def replay_keyed(self, step: int) -> list[JournalRecord]:
+        """Let this execution's keyed calls replay the ones an earlier `step` of the run
+        journaled (keys that step used and this one uses again: a LangGraph node resumed
+        after an interrupt runs its task again). Returns that step's journal."""
+        records = await self._store.load_journal(self.thread_id, step)
+        if self._keyed is None:
+            self._keyed = {r.name: r for r in self._journal[self._calls:]}
+        for r in records:
+            if "#" in r.name:
+                self._keyed.setdefault(r.name, r)
+        return records
+
     async def stream_call(self, fn: Callable[..., Any], *args: Any,
                           assemble: Callable[[list[Any]], Any] | None = None,
                           timeout: float | None = None, retry: RetryPolicy | None = None,

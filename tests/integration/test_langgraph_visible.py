@@ -203,3 +203,33 @@ async def test_a_run_on_a_thread_langgraph_has_continues_it(db_url: str) -> None
         ("__start__", "ask"), ("ask", "ask"), ("ask", None)]
     assert cps[0].state["notes"] == ["seed", "found left", "found right"]
     assert done.state["answer"] == "ok"
+
+
+async def draft_then_ask(state: State) -> dict[str, Any]:
+    reply = await call(fake_model, "draft")
+    first = interrupt({"draft": reply.content})
+    second = interrupt("sure?")
+    return {"reply": reply, "answer": f"{first}+{second}"}
+
+
+async def test_a_call_before_an_interrupt_is_not_made_again_on_resume(db_url: str) -> None:
+    TOOL.clear()
+    b = StateGraph(State)
+    b.add_node("draft", draft_then_ask)
+    b.add_edge(START, "draft")
+    b.add_edge("draft", END)
+    durable = agent("lg_draft", b.compile())
+    rt = make_runtime(db_url, durable)
+    async with working(rt):
+        run = await rt.start(durable, {"notes": []})
+        for answer in ("yes", "sure"):
+            await rt.wait(run.thread_id, timeout=WAIT, until="waiting")
+            await rt.resume(run.thread_id, answer)
+        done = await rt.wait(run.thread_id, timeout=WAIT)
+        got = await rt.get(run.thread_id)
+    assert done.status == "completed", done.error
+    assert done.state["answer"] == "yes+sure"
+    # The model was called once: the person answered the draft they saw, not a new one.
+    assert TOOL["draft"] == 1
+    assert done.state["reply"]["content"] == "re: draft"
+    assert got.usage["input_tokens"] == 7  # billed once

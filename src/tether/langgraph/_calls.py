@@ -10,8 +10,9 @@ crash) gets it back without calling again, and a result that reports token usage
 `Run.usage`. Calls are keyed by the LangGraph task making them (its checkpoint namespace,
 which LangGraph derives from the checkpoint the super-step starts from) and their order in
 that task, so parallel nodes of one super-step each get their own results back whatever order
-they run in. A sync node uses `call_sync` (LangGraph runs sync nodes in threads of its own).
-Outside a durable run (`graph.invoke` with any checkpointer) it just calls `fn`.
+they run in; a node resumed after its `interrupt()` (which LangGraph runs again from its top)
+replays the calls it made before it. A sync node uses `call_sync` (LangGraph runs sync nodes
+in threads of its own). Outside a durable run (`graph.invoke` with any checkpointer) it just calls `fn`.
 """
 
 from __future__ import annotations

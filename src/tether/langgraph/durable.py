@@ -44,8 +44,9 @@ from langgraph.pregel import Pregel
 from langgraph.types import Command as LGCommand
 from langgraph.types import StateSnapshot
 
+from .. import serde
 from ..agent import Agent, Command, Node, finish, goto
-from ..context import Context
+from ..context import Context, callable_name
 from ..errors import DefinitionError, InvalidState
 from ..retry import RetryPolicy
 from ._calls import running
@@ -127,6 +128,7 @@ def agent(name: str, graph: Graph, *, output: Output | None = None,
         if snap.interrupts:
             value = ctx.interrupt({"interrupts": pending(snap)})
             todo: Any = LGCommand(resume=_resume(snap, value))
+            await _replay_earlier(ctx, here)
         elif label(snap) is None:
             return moved(state, snap)
         elif label(snap) != ctx.node and ctx.node != NODE:
@@ -141,9 +143,22 @@ def agent(name: str, graph: Graph, *, output: Output | None = None,
     return wrapped
 
 
+async def _replay_earlier(ctx: Context, here: str) -> None:
+    """A resumed node runs its task again from its top: the calls it made in the earlier
+    steps that ran this super-step (from checkpoint `here`: the one that reached the
+    interrupt, and those that answered earlier ones) replay instead of running again."""
+    for step in range(ctx.step - 1, 0, -1):
+        records = await ctx.replay_keyed(step)
+        if not records or records[0].name != _STARTED or serde.loads(records[0].result) != here:
+            return
+
+
 def _checkpoint_started(checkpoint_id: str | None) -> str | None:
     """Journaled: the LangGraph checkpoint an execution of a step starts from."""
     return checkpoint_id
+
+
+_STARTED = callable_name(_checkpoint_started)
 
 
 def _checkpoint_id(snap: StateSnapshot) -> str | None:
