@@ -2,7 +2,7 @@
 of each super-step, the run's state the graph's channel values at every step, interrupts
 with their values, calls made inside nodes journaled in their step (with LLM usage), and
 LangGraph's own history, update_state and time travel on the same thread (the SIGKILL case
-is tests/acceptance/test_langgraph_visible.py)."""
+is tests/acceptance/test_langgraph_visible_crash.py)."""
 
 from __future__ import annotations
 
