@@ -7,7 +7,10 @@ is tests/acceptance/test_langgraph_visible_crash.py)."""
 from __future__ import annotations
 
 import operator
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage
@@ -233,3 +236,20 @@ async def test_a_call_before_an_interrupt_is_not_made_again_on_resume(db_url: st
     assert TOOL["draft"] == 1
     assert done.state["reply"]["content"] == "re: draft"
     assert got.usage["input_tokens"] == 7  # billed once
+
+
+def test_a_journaled_model_reply_replays_in_another_process(tmp_path: Path) -> None:
+    """After a kill, another worker re-executes the step: the AIMessage a node's `call`
+    journaled reads back there, in a process that never wrote one (an unknown class would
+    fail the step)."""
+    from tether import serde
+
+    data, _ = serde.encode(fake_model("hello"), "result", typed=True)
+    (tmp_path / "reply").write_bytes(data)
+    code = ("import sys, tether.langgraph; from tether import serde; "
+            "m = serde.loads(open(sys.argv[1], 'rb').read()); "
+            "print(type(m).__name__, m.content, m.usage_metadata['input_tokens'])")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "reply")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["AIMessage", "re:", "hello", "7"]

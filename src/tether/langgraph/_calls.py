@@ -26,13 +26,23 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
+from langchain_core import messages
 from langgraph.config import get_config
 
+from .._declared import register_type
 from ..context import Context
 
 __all__ = ["call", "call_sync", "running"]
 
 T = TypeVar("T")
+
+# A model's reply journaled by `call` is read back by whichever worker re-executes the step
+# (after a kill, another process): LangChain's messages are known to every process that
+# imports tether.langgraph, as they are to LangGraph's own serializer.
+for _cls in (messages.AIMessage, messages.AIMessageChunk, messages.HumanMessage,
+             messages.SystemMessage, messages.ToolMessage, messages.ChatMessage,
+             messages.FunctionMessage, messages.RemoveMessage):
+    register_type(_cls)
 
 
 @dataclass
