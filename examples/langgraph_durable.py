@@ -3,7 +3,8 @@
     python examples/langgraph_durable.py
 
 The graph is plain LangGraph: `research` calls a tool (slow, logged to a file so real calls
-can be counted) four times, looping on itself; `approve` asks a person with LangGraph's
+can be counted; through tether.langgraph.call, so each call is journaled) four times, looping
+on itself; `approve` asks a person with LangGraph's
 `interrupt()`; `publish` finishes. `tether.langgraph.agent` makes it a tether agent, so a
 worker process runs it under a lease, one super-step per step, checkpointed by TetherSaver in
 tether's database. This script starts 3 runs, starts a worker, SIGKILLs it mid-graph, twice,
@@ -30,7 +31,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
 import tether
-from tether.langgraph import TetherSaver
+from tether.langgraph import TetherSaver, call
 from tether.langgraph import agent as langgraph_agent
 
 TOOL_LOG = os.environ.get("LANGGRAPH_TOOL_LOG",
@@ -56,7 +57,9 @@ async def search_tool(thread_id: str, query: str) -> str:
 
 async def research(state: State, config: RunnableConfig) -> dict[str, Any]:
     n = len(state.get("notes", []))
-    note = await search_tool(config["configurable"]["thread_id"], f"{state['question']} #{n}")
+    # Journaled: a worker that takes over after a kill gets a finished call's result back.
+    note = await call(search_tool, config["configurable"]["thread_id"],
+                      f"{state['question']} #{n}")
     return {"notes": [note]}
 
 
@@ -91,7 +94,8 @@ runtime = tether.Runtime(DB, agents=[support], lease_ttl=2.0, poll_interval=0.1)
 
 def _worker() -> subprocess.Popen[bytes]:
     here = os.path.dirname(os.path.abspath(__file__))
-    env = {**os.environ, "LANGGRAPH_TOOL_LOG": TOOL_LOG, "PYTHONPATH": here}
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "LANGGRAPH_TOOL_LOG": TOOL_LOG, "PYTHONPATH": path}
     return subprocess.Popen(
         [sys.executable, "-m", "tether", "worker", "--app", "langgraph_durable:runtime",
          "--db", DB, "--concurrency", "10"], env=env, stdout=subprocess.DEVNULL)
@@ -146,7 +150,7 @@ async def main() -> None:
             table.add_row(run.thread_id[:12], run.status.value, str(len(steps)),
                           str(len(steps) == len(set(steps))), str(sum(mine.values())),
                           str(sum(n - 1 for n in mine.values())),
-                          "no" if run.state["values"]["published"] == "(withheld)" else "yes")
+                          "no" if run.state["published"] == "(withheld)" else "yes")
     con.print(table)
     con.print("A tool call is repeated only when its super-step was in flight at a kill (its "
               "result was never checkpointed); every finished super-step was kept.")

@@ -104,8 +104,8 @@ def callable_name(fn: Callable[..., Any]) -> str:
 class Context:
     """Handed to every node execution. One Context per execution of one step."""
 
-    __slots__ = ("_agents", "_calls", "_cpu", "_effect_handlers", "_journal", "_lease", "_obs",
-                 "_sink", "_store", "agent", "attempt", "children", "effects", "groups", "inbox",
+    __slots__ = ("_agents", "_calls", "_cpu", "_effect_handlers", "_journal", "_keyed", "_lease",
+                 "_obs", "_sink", "_store", "agent", "attempt", "children", "effects", "groups", "inbox",
                  "messages", "node", "step", "thread_id", "version", "worker")
 
     def __init__(
@@ -143,6 +143,7 @@ class Context:
         self._lease = lease
         self._journal = journal
         self._calls = 0
+        self._keyed: dict[str, JournalRecord] | None = None
         self.thread_id = lease.thread_id
         self.worker = lease.worker
         self.agent = agent
@@ -208,6 +209,49 @@ class Context:
                      _gen_ai(decoded, usage, kwargs))
         # Return the decoded record so the first execution sees exactly what a replay sees.
         return decoded
+
+    async def keyed_call(self, key: str, fn: Callable[..., Any], *args: Any,
+                         **kwargs: Any) -> Any:
+        """`ctx.call(fn, ...)` journaled under `key` (unique within the step) instead of by
+        its order in the step: for calls made concurrently (LangGraph's parallel tasks in one
+        super-step), whose order changes from one execution to the next, and some of which a
+        re-execution does not make at all. Make them after the step's ordered calls (`call`,
+        `interrupt`): an ordered call after a keyed one is not matched on replay."""
+        name = f"{callable_name(fn)}#{key}"
+        if self._keyed is None:
+            self._keyed = {r.name: r for r in self._journal[self._calls:]}
+        rec = self._keyed.get(name)
+        obs = self._obs
+        if rec is not None:
+            if obs is not None:
+                now = time.time()
+                obs.call(self.step, name, True, now, now)
+            return _replayed(rec.result, fn)
+        # A fresh index past every recorded one (a replay makes its new calls after them).
+        idx = self._calls = max(self._calls, len(self._journal))
+        self._calls += 1
+        started = time.time() if obs is not None else 0.0
+        value = fn(*args, **kwargs)
+        if inspect.isawaitable(value):
+            value = await value
+        data, decoded, usage = self._encode(idx, name, value)
+        await self._store.record_call(self._lease, self.step, idx, name, data)
+        if obs is not None:
+            obs.call(self.step, name, False, started, time.time(),
+                     _gen_ai(decoded, usage, kwargs))
+        return decoded
+
+    async def replay_keyed(self, step: int) -> list[JournalRecord]:
+        """Let this execution's keyed calls replay the ones an earlier `step` of the run
+        journaled (keys that step used and this one uses again: a LangGraph node resumed
+        after an interrupt runs its task again). Returns that step's journal."""
+        records = await self._store.load_journal(self.thread_id, step)
+        if self._keyed is None:
+            self._keyed = {r.name: r for r in self._journal[self._calls:]}
+        for r in records:
+            if "#" in r.name:
+                self._keyed.setdefault(r.name, r)
+        return records
 
     async def stream_call(self, fn: Callable[..., Any], *args: Any,
                           assemble: Callable[[list[Any]], Any] | None = None,

@@ -94,9 +94,12 @@ def _field(obj: Any, name: str) -> Any:
 
 def usage_of(result: Any) -> dict[str, int] | None:
     """The token usage `result` reports (OpenAI `usage.prompt_tokens/completion_tokens`,
-    Anthropic `usage.input_tokens/output_tokens` and cache tokens), as
+    Anthropic `usage.input_tokens/output_tokens` and cache tokens, LangChain's
+    `usage_metadata.input_tokens/output_tokens`), as
     {"input_tokens", "output_tokens", ...} with ints only; None when it reports none."""
     usage = _field(result, "usage")
+    if usage is None:  # a LangChain chat model's AIMessage: usage_metadata.input_tokens, ...
+        usage = _field(result, "usage_metadata")
     if usage is None:
         return None
     out: dict[str, int] = {}

@@ -98,7 +98,7 @@ async def test_killed_workers_continue_from_the_last_superstep(
         assert c.get("/interrupts").json()["interrupts"] == []
 
     for i, tid in enumerate(tids):
-        published = done[tid]["state"]["values"]["published"]
+        published = done[tid]["state"]["published"]
         if i < 2:
             assert published == " / ".join(f"found: q{i} #{n}" for n in range(TOPICS))
         else:

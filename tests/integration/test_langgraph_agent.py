@@ -73,13 +73,15 @@ async def test_one_superstep_per_tether_step(db_url: str) -> None:
         done = await rt.wait(run.thread_id, timeout=WAIT)
         cps = await rt.checkpoints(run.thread_id)
     assert done.status == "completed"
-    assert done.state["values"] == {"messages": [f"m{i}" for i in range(1, STEPS + 1)]}
+    assert done.state == {"messages": [f"m{i}" for i in range(1, STEPS + 1)]}
     # LangGraph's log: the input, then one checkpoint per super-step, each once.
     assert await history(db_url, run.thread_id) == list(range(STEPS, -2, -1))
-    # tether's: one step per super-step (the input's and the first together).
+    # tether's: the input (LangGraph's START), then one step per super-step, named after it.
     assert [c.step for c in cps] == list(range(1, len(cps) + 1))
-    assert len(cps) == STEPS
-    assert cps[0].state["langgraph"] == {"step": 1, "next": ["step"]}
+    assert [(c.node, c.next_node) for c in cps] == (
+        [("__start__", "step")] + [("step", "step")] * (STEPS - 1) + [("step", None)])
+    assert [c.state for c in cps] == [{"messages": [f"m{i}" for i in range(1, n + 1)]}
+                                      for n in range(STEPS + 1)]
 
 
 async def test_langgraph_interrupt_is_a_tether_interrupt(db_url: str) -> None:
@@ -94,7 +96,7 @@ async def test_langgraph_interrupt_is_a_tether_interrupt(db_url: str) -> None:
         await rt.resume(run.thread_id, "yes")
         done = await rt.wait(run.thread_id, timeout=WAIT)
     assert done.status == "completed"
-    assert done.state["values"] == {"messages": ["m1"], "answer": "yes"}
+    assert done.state == {"messages": ["m1"], "answer": "yes"}
     steps = await history(db_url, run.thread_id)
     assert len(steps) == len(set(steps))
 
@@ -110,7 +112,25 @@ async def test_two_interrupts_in_one_node_each_answered_once(db_url: str) -> Non
             assert [i["value"] for i in pending.payload["interrupts"]] == [question]
             await rt.resume(run.thread_id, answer)
         done = await rt.wait(run.thread_id, timeout=WAIT)
-    assert done.status == "completed" and done.state["values"]["answer"] == "a+b"
+    assert done.status == "completed" and done.state["answer"] == "a+b"
+
+
+async def test_a_fork_starts_the_graph_again_from_the_forked_values(db_url: str) -> None:
+    looped = agent("lg_fork", loop_graph())
+    rt = make_runtime(db_url, looped)
+    async with working(rt):
+        run = await rt.start(looped, {"messages": []})
+        await rt.wait(run.thread_id, timeout=WAIT)
+        forked = await rt.fork(run.thread_id, 3)  # after m1, m2
+        done = await rt.wait(forked.thread_id, timeout=WAIT)
+        cps = await rt.checkpoints(forked.thread_id)
+    assert done.status == "completed", done.error
+    assert done.state == {"messages": [f"m{i}" for i in range(1, STEPS + 1)]}
+    # A step named after the node it forked at, which runs nothing (LangGraph has no thread
+    # for the new run yet), then LangGraph's START with the forked values as input.
+    assert [(c.node, c.next_node) for c in cps][:3] == [
+        ("step", "__start__"), ("__start__", "step"), ("step", "step")]
+    assert cps[1].state == {"messages": ["m1", "m2"]}
 
 
 async def test_output_shapes_the_final_state(db_url: str) -> None:
@@ -120,6 +140,7 @@ async def test_output_shapes_the_final_state(db_url: str) -> None:
         run = await rt.start(looped, {"messages": ["seed"]})
         done = await rt.wait(run.thread_id, timeout=WAIT)
     assert done.state["count"] == STEPS
+    assert done.state["messages"] == ["seed"] + [f"m{i}" for i in range(2, STEPS + 1)]
 
 
 def test_only_compiled_graphs() -> None:

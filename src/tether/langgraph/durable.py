@@ -4,22 +4,30 @@
     runtime = tether.Runtime(db_url, agents=[support])
     await runtime.start(support, {"messages": [...]})          # the graph's input
 
-The agent has one node, `superstep`. Each tether step runs one LangGraph super-step (the graph
-is invoked with `interrupt_after="*"` and `durability="sync"`, on a TetherSaver of the run's own
-database, thread_id = the run's thread_id), so the run's steps are leased, fenced and retried
-by tether's workers like any agent's, and a worker killed mid-graph is continued by another
-from LangGraph's last checkpoint: only the super-step in flight runs again (and of it, only the
-tasks whose writes were not stored). A LangGraph `interrupt()` parks the tether run as
-`waiting` with an interrupt whose payload is `{"interrupts": [{"id": ..., "value": ...}]}`;
-`runtime.resume(thread_id, value)` (or `POST /runs/{id}/resume`) answers it: `value` resumes
-the one pending LangGraph interrupt, or, with several, is a dict of interrupt id to value.
-When the graph ends, the run completes with `output(values)` merged into its state
-(default: `{"values": values}`; tether state is JSON).
+Each tether step runs one LangGraph super-step (the graph is invoked with
+`interrupt_after="*"` and `durability="sync"`, on a TetherSaver of the run's own database,
+thread_id = the run's thread_id), so the run's steps are leased, fenced and retried by
+tether's workers like any agent's, and a worker killed mid-graph is continued by another from
+LangGraph's last checkpoint: only the super-step in flight runs again (and of it, only the
+tasks whose writes were not stored).
+
+The run tells what the graph does: the first step (`__start__`) takes the input; every later
+tether checkpoint is named after the LangGraph node(s) of its super-step (`agent`, `tools`,
+`a+b` for parallel branches), its next node after the ones that run next; the run's state is
+the graph's channel values (`graph.get_state(config).values`, as JSON), kept current at every
+step, so a step's diff is what its nodes wrote. A LangGraph `interrupt()` parks the run as
+`waiting` with an interrupt whose payload is `{"interrupts": [{"id", "value", "node"}]}`;
+`runtime.resume(thread_id, value)` (or `POST /runs/{id}/resume`, the CLI, the dashboard)
+continues the graph with `Command(resume=value)`: `value` resumes the one pending LangGraph
+interrupt, or, with several, is a dict of interrupt id to value. `output(values)`, when
+given, is merged into the state as the run completes.
 
 Replays are safe: each execution first journals (ctx.call) the id of the LangGraph checkpoint it
 starts from. A re-execution that finds LangGraph past that checkpoint (the crashed execution's
 super-step was stored) does not run another; so a resume value reaches the interrupt it
-answers, once.
+answers, once. A tether step named after nodes other than the ones LangGraph has next (the
+thread was changed from outside, `update_state`) runs nothing: it commits the values and
+names the nodes that do run next.
 """
 
 from __future__ import annotations
@@ -31,26 +39,43 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.constants import START
 from langgraph.pregel import Pregel
 from langgraph.types import Command as LGCommand
 from langgraph.types import StateSnapshot
 
-from ..agent import Agent, Command, finish, goto
-from ..context import Context
+from .. import serde
+from ..agent import Agent, Command, Node, finish, goto
+from ..context import Context, callable_name
 from ..errors import DefinitionError, InvalidState
 from ..retry import RetryPolicy
+from ._calls import running
 from ._strict import strict_serde
+from ._view import label, pending, update
 from .saver import TetherSaver
 
 __all__ = ["agent"]
 
 NODE = "superstep"
+"""The one node name of runs started before steps were named after LangGraph's nodes."""
 Graph = Pregel[Any, Any, Any, Any]
 Output = Callable[[dict[str, Any]], Mapping[str, Any]]
 
 
-def _values(values: dict[str, Any]) -> Mapping[str, Any]:
-    return {"values": values}
+class GraphAgent(Agent):
+    """A tether Agent whose nodes are named after a LangGraph graph's: any name is a node,
+    and every node runs the graph's next super-step."""
+
+    def __init__(self, name: str, graph: Graph, *, retry: RetryPolicy | None) -> None:
+        super().__init__(name, retry=retry)
+        self.graph = graph
+
+    def get_node(self, name: str) -> Node:
+        node = self.nodes.get(name)
+        if node is None:
+            start = self.nodes[self.start_node()]
+            node = Node(name, start.fn, None)
+        return node
 
 
 def agent(name: str, graph: Graph, *, output: Output | None = None,
@@ -64,9 +89,8 @@ def agent(name: str, graph: Graph, *, output: Output | None = None,
     if not isinstance(graph, Pregel):
         raise DefinitionError(f"tether.langgraph.agent() takes a compiled LangGraph graph "
                               f"(builder.compile()), got {type(graph).__name__}")
-    shape = output or _values
     loads = strict_serde(serde, allowed_types)  # a bad allowed_types fails here, not in a run
-    wrapped = Agent(name, retry=retry)
+    wrapped = GraphAgent(name, graph, retry=retry)
     copies: weakref.WeakKeyDictionary[TetherSaver, Graph] = weakref.WeakKeyDictionary()
 
     def bound(saver: TetherSaver) -> Graph:
@@ -77,7 +101,17 @@ def agent(name: str, graph: Graph, *, output: Output | None = None,
             g = copies[saver] = graph.copy(update={"checkpointer": saver.with_serde(loads)})
         return g
 
-    @wrapped.node(start=True, name=NODE)
+    def moved(state: dict[str, Any], snap: StateSnapshot) -> Command:
+        """The step's command once LangGraph is at `snap`: the values it shows, and the
+        super-step that runs next (or the run completes)."""
+        values = dict(snap.values)
+        change = update(state, values)
+        nxt = label(snap)
+        if nxt is None:
+            return finish({**change, **output(values)} if output is not None else change)
+        return goto(nxt, change)
+
+    @wrapped.node(start=True, name=START)
     async def superstep(state: dict[str, Any], ctx: Context) -> Command:
         g = bound(await _saver(ctx.db_url))
         config: RunnableConfig = {"configurable": {"thread_id": ctx.thread_id}}
@@ -85,24 +119,38 @@ def agent(name: str, graph: Graph, *, output: Output | None = None,
         here = _checkpoint_id(snap)
         started = await ctx.call(_checkpoint_started, here)
         if started != here:  # a crashed execution of this step stored its super-step
-            return goto(NODE, _progress(snap))
+            return moved(state, snap)
+        if here is None:  # the run's input is the graph's: LangGraph's START, alone
+            if ctx.node not in (START, NODE):  # a fork: LangGraph has no thread for it yet
+                return goto(START)
+            await g.ainvoke(dict(state), config, interrupt_before="*", durability="sync")
+            return moved(state, await g.aget_state(config))
         if snap.interrupts:
-            value = ctx.interrupt({"interrupts": [{"id": i.id, "value": i.value}
-                                                  for i in snap.interrupts]})
+            value = ctx.interrupt({"interrupts": pending(snap)})
             todo: Any = LGCommand(resume=_resume(snap, value))
-        elif here is None:
-            todo = dict(state)  # the run's input is the graph's
-        elif not snap.next:
-            return finish(shape(dict(snap.values)))
+            await _replay_earlier(ctx, here)
+        elif label(snap) is None:
+            return moved(state, snap)
+        elif label(snap) != ctx.node and ctx.node != NODE:
+            return moved(state, snap)  # the thread moved under us: say what runs next
         else:
             todo = None
-        await g.ainvoke(todo, config, interrupt_after="*", durability="sync")
-        snap = await g.aget_state(config)
-        if not snap.next and not snap.interrupts:
-            return finish(shape(dict(snap.values)))
-        return goto(NODE, _progress(snap))
+        with running(ctx):
+            await g.ainvoke(todo, config, interrupt_after="*", durability="sync")
+        return moved(state, await g.aget_state(config))
 
+    wrapped.node(name=NODE)(superstep)
     return wrapped
+
+
+async def _replay_earlier(ctx: Context, here: str) -> None:
+    """A resumed node runs its task again from its top: the calls it made in the earlier
+    steps that ran this super-step (from checkpoint `here`: the one that reached the
+    interrupt, and those that answered earlier ones) replay instead of running again."""
+    for step in range(ctx.step - 1, 0, -1):
+        records = await ctx.replay_keyed(step)
+        if not records or records[0].name != _STARTED or serde.loads(records[0].result) != here:
+            return
 
 
 def _checkpoint_started(checkpoint_id: str | None) -> str | None:
@@ -110,16 +158,14 @@ def _checkpoint_started(checkpoint_id: str | None) -> str | None:
     return checkpoint_id
 
 
+_STARTED = callable_name(_checkpoint_started)
+
+
 def _checkpoint_id(snap: StateSnapshot) -> str | None:
     if snap.created_at is None:
         return None
     cid = (snap.config.get("configurable") or {}).get("checkpoint_id")
     return None if cid is None else str(cid)
-
-
-def _progress(snap: StateSnapshot) -> dict[str, Any]:
-    step = (snap.metadata or {}).get("step")
-    return {"langgraph": {"step": step, "next": list(snap.next)}}
 
 
 def _resume(snap: StateSnapshot, value: Any) -> Any:
