@@ -127,3 +127,32 @@ async def test_a_dead_workers_runs_are_released_from_the_workers_page(db_url: st
         assert (await rt.audit(limit=1))[0].action == "release"
     finally:
         await rt.close()
+
+
+async def test_the_overview_says_what_needs_a_person(db_url: str) -> None:
+    rt = make_runtime(db_url, *agents())
+    async with inprocess.working(rt):
+        asked = await rt.start("talk", {})
+        await rt.wait(asked.thread_id, timeout=WAIT, until="waiting")
+        app = create_app(rt)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://127.0.0.1") as c:
+            calm = (await c.get("/ui")).text
+            for _ in range(10):
+                failed = await rt.start("boom", {})
+                await rt.wait(failed.thread_id, timeout=WAIT)
+            page = (await c.get("/ui")).text
+    assert "Needs attention" in calm and "a person has been asked for" in calm
+    assert asked.thread_id in calm and "finished runs failed" not in calm
+    assert "10 of the newest 10 finished runs failed (100%, over 10%)" in page
+    # The worker has stopped: v1 has open runs (the waiting one) and no live worker.
+    other = make_runtime(db_url, *agents())
+    try:
+        app = create_app(other)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://127.0.0.1") as c:
+            page = (await c.get("/ui")).text
+        assert ("v1 has 1 open runs and no live worker" in page
+                or "runs of v1 are stranded" in page), page[:3000]
+    finally:
+        await other.close()

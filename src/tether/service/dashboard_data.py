@@ -88,13 +88,14 @@ class Views:
         failed = [r for r in sample if r.status == RunStatus.FAILED][:5]
         pending = await self.runtime.interrupts(limit=COUNT_CAP + 1)
         dead = totals.effects.get("dead", 0)
-        return {"counts": counts, "versions": dict(sorted(versions.items())),
+        flags = attention(await self.runtime.deployments(), dead, pending, sample, time.time())
+        return {"attention": flags, "counts": counts, "versions": dict(sorted(versions.items())),
                 "sample": SAMPLE, "pending": len(pending), "dead": dead,
                 "effects": dict(sorted(totals.effects.items())),
                 "recent": sample[:10], "failed": failed, "cap": COUNT_CAP,
                 "fp": fingerprint([[(r.thread_id, r.status, r.step) for r in sample[:50]],
                                    sorted(totals.runs.items()), totals.effects,
-                                   len(pending)])}
+                                   len(pending), flags])}
 
     async def runs(self, f: RunFilter) -> dict[str, Any]:
         before = decode_cursor(f.cursor) if f.cursor else None
@@ -244,3 +245,45 @@ class Views:
 async def _fp(data: Awaitable[dict[str, Any]]) -> str:
     fp: str = (await data)["fp"]
     return fp
+
+
+FAILURE_ALERT = 0.1
+"""The share of failed runs among the newest finished ones past which the overview warns."""
+
+
+def attention(deployments: list[Any], dead: int, pending: list[Any], sample: list[Run],
+              now: float) -> list[tuple[str, str]]:
+    """What needs a person, most urgent first, as (link, sentence): stranded runs, versions
+    with open runs and no live worker, dead effects, a failure rate above FAILURE_ALERT among
+    the newest finished runs, and the interrupt that has waited longest."""
+    out: list[tuple[str, str]] = []
+    for d in deployments:
+        if d.stranded:
+            out.append(("/ui/deployments", f"{d.stranded} runs of {d.version} are stranded: no "
+                        "live worker of their version can resume them"))
+        elif d.open and not d.workers and d.state != "retired":
+            out.append(("/ui/deployments", f"{d.version} has {d.open} open runs and no live "
+                        "worker: start a worker of it, or move its parked runs"))
+    if dead:
+        out.append(("/ui/effects", f"{dead} effects are dead: retry them once the cause is "
+                    "fixed"))
+    finished = [r for r in sample if r.status.terminal and r.status != RunStatus.CANCELLED]
+    failed = sum(r.status == RunStatus.FAILED for r in finished)
+    if len(finished) >= 10 and failed / len(finished) > FAILURE_ALERT:
+        out.append(("/ui/runs?status=failed", f"{failed} of the newest {len(finished)} finished "
+                    f"runs failed ({failed / len(finished):.0%}, over {FAILURE_ALERT:.0%})"))
+    if pending:
+        oldest = min(pending, key=lambda i: i.created_at)
+        out.append(("/ui/interrupts", f"a person has been asked for {_waited(now - oldest.created_at)}"
+                    f" (run {oldest.thread_id}); {len(pending)} interrupts wait"))
+    return out
+
+
+def _waited(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} days"
