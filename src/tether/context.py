@@ -34,6 +34,7 @@ from .types import TERMINAL
 
 if TYPE_CHECKING:
     from .hub import RunObserver
+    from .leases import LeaseClock
     from .outbox import EffectHandler
     from .store.base import JournalRecord, Lease, Store
 
@@ -92,7 +93,8 @@ def callable_name(fn: Callable[..., Any]) -> str:
 class Context:
     """Handed to every node execution. One Context per execution of one step."""
 
-    __slots__ = ("_agents", "_calls", "_cpu", "_effect_handlers", "_journal", "_lease", "_obs",
+    __slots__ = ("_agents", "_calls", "_clock", "_cpu", "_effect_handlers", "_journal", "_lease",
+                 "_obs",
                  "_sink", "_store", "agent", "attempt", "children", "effects", "groups", "inbox",
                  "messages", "node", "step", "thread_id", "version", "worker")
 
@@ -113,8 +115,10 @@ class Context:
         version: str = "",
         observer: RunObserver | None = None,
         cpu: Callable[[], Executor] | None = None,
+        clock: LeaseClock | None = None,
     ) -> None:
         self._store = store
+        self._clock = clock  # a live call is made only on a lease with time left (leases.py)
         self._obs = observer
         self._sink = sink
         self._cpu = cpu
@@ -181,6 +185,9 @@ class Context:
                 now = time.time()
                 obs.call(self.step, name, True, now, now)
             return serde.loads(rec.result)
+        clock = self._clock
+        if clock is not None and clock.expiring():
+            await clock.refresh(self._lease)  # LeaseLost: the call is not made
         started = time.time() if obs is not None else 0.0
         if timeout is None and retry is None:
             value = fn(*args, **kwargs)
@@ -222,6 +229,9 @@ class Context:
                 self._sink(self.thread_id, {"type": "replayed", "step": self.step, "call": idx,
                                             "name": name, "data": llm.chunk_json(value)})
             return value
+        clock = self._clock
+        if clock is not None and clock.expiring():
+            await clock.refresh(self._lease)
         started = time.time() if obs is not None else 0.0
         sink, thread_id, step = self._sink, self.thread_id, self.step
 
@@ -253,6 +263,9 @@ class Context:
                 obs.call(self.step, name, True, now, now)
             replayed: T = serde.loads(rec.result)
             return replayed
+        clock = self._clock
+        if clock is not None and clock.expiring():
+            await clock.refresh(self._lease)
         started = time.time() if obs is not None else 0.0
         value = await calls.in_process(self._cpu, fn, args, kwargs, name)
         data, decoded, _ = self._encode(idx, name, value)

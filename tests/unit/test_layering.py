@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("engine", ("tether.calls", "tether.context", "tether.history", "tether.outbox",
                 "tether.agent", "tether.registry", "tether.hub", "tether.deploy",
                 "tether.worker", "tether.starting", "tether.waiting",
-                "tether.retention", "tether.records")),
+                "tether.retention", "tether.records", "tether.leases")),
     ("runtime", ("tether.runtime",)),
     ("api", ("tether",)),  # the package itself (only): the public names, re-exported
     ("apps", ("tether.__main__", "tether.service", "tether.cli", "tether.demo", "tether.bench",

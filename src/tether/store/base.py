@@ -240,6 +240,9 @@ class StepCommit:
     run: RunRecord | None = None
     """The run as this worker claimed it, if known: a store may build the finished run's
     record from it instead of reading the row back."""
+    lease_ttl: float | None = None
+    """The worker's lease TTL: a store may extend the lease the commit proves (status
+    "running") to its now + lease_ttl."""
 
 
 @dataclass(frozen=True, slots=True)

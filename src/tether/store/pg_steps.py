@@ -33,6 +33,7 @@ def step_params(commit: StepCommit) -> Params:
         "status": commit.status,
         "wake_at": commit.wake_at,
         "waiting_for": commit.waiting_for,
+        "ttl": commit.lease_ttl,
     }
 
 
@@ -100,15 +101,18 @@ def step_transaction(q: dict[str, bytes], commit: StepCommit, wakes: StepWakes
             if not applied:
                 await conn.execute(q["wake_after_commit"], wake)
                 await conn.execute(b"COMMIT")
-        if c_taken is not None and (taken := await c_taken.fetchall()):
-            raise DuplicateEffectKey(
-                f"run {tid!r}: effect key {taken[0][0]!r} was already used "
-                "in this run; explicit effect keys must be unique within a run")
+        # The lease first: a worker that lost the race for this step to the run's new
+        # holder finds the effect keys that holder wrote; that is a lost lease, not a key
+        # used twice by the run's own code.
         locked = {r[0]: r for r in await c_lock.fetchall()}
         own = locked.get(tid)
         lost = LeaseLost(f"run {tid!r}: lease lost; step {commit.step} not committed")
         if own is None or own[1] != params["epoch"] or own[2] != "running":
             raise lost
+        if c_taken is not None and (taken := await c_taken.fetchall()):
+            raise DuplicateEffectKey(
+                f"run {tid!r}: effect key {taken[0][0]!r} was already used "
+                "in this run; explicit effect keys must be unique within a run")
         if missing := [r for r in direct if r not in locked]:
             raise RunNotFound(f"run {tid!r} sent a message to unknown thread_id "
                               f"{missing[0]!r}")
