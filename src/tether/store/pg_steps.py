@@ -8,8 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+import orjson
+
 from ..errors import DuplicateEffectKey, EffectError, LeaseLost, RunNotFound
-from .base import NewRun, StepCommit
+from .base import SLEEP_CALL, Lease, NewRun, Park, StepCommit
 from .pg_conn import BEGIN, Conn, Params, TxBody
 from .plan import StepWakes
 
@@ -35,6 +37,27 @@ def step_params(commit: StepCommit) -> Params:
         "waiting_for": commit.waiting_for,
         "ttl": commit.lease_ttl,
     }
+
+
+def park_params(lease: Lease, park: Park) -> Params:
+    """park_run's parameters (the children it spawns included)."""
+    waiting = park.kind != "sleep"
+    params: Params = {
+        "thread_id": lease.thread_id,
+        "epoch": lease.epoch,
+        "status": "waiting" if waiting else "sleeping",
+        "waiting_for": park.kind if waiting else None,
+        "seconds": None if waiting else park.seconds,
+        "kind": park.kind,
+        "step": park.step,
+        "idx": park.idx,
+        "interrupt_id": park.interrupt_id,
+        "payload": park.payload,
+        "sleep_name": SLEEP_CALL,
+        "timer": None if waiting else orjson.dumps(park.seconds),
+    }
+    add_children(params, park.spawn)
+    return params
 
 
 def add_children(params: Params, children: Sequence[NewRun]) -> None:

@@ -21,7 +21,6 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-import orjson
 from psycopg.rows import TupleRow
 
 from ..errors import LeaseLost, RunConflict, RunNotFound, SchemaError
@@ -29,7 +28,6 @@ from .base import (
     COMPENSATION_STEP,
     INTERRUPT_CALL,
     RUN_COLUMNS,
-    SLEEP_CALL,
     TERMINAL,
     Audit,
     AuditRecord,
@@ -56,7 +54,8 @@ from .pg_conn import BEGIN, Conn, Params, PgConnections
 from .pg_deploy import PgDeployments
 from .pg_listen import CHANNEL, EFFECTS_CHANNEL, Listener
 from .pg_retention import PgRetention
-from .pg_steps import add_children, step_params, step_transaction
+from .pg_settle import settle_call, settle_step
+from .pg_steps import add_children, park_params, step_params, step_transaction
 from .plan import FINISH, FULL, RELEASE, SPAWN, step_kind, step_wakes, wakes_workers
 from .rows import finished_run, mail_refused, new_run_params, same_run
 
@@ -273,7 +272,10 @@ class PostgresStore:
     ) -> None:
         params = {"thread_id": lease.thread_id, "epoch": lease.epoch, "step": step, "idx": idx,
                   "name": name, "result": result}
-        if not await self._committer.write(self._q["insert_journal"], params, lease.thread_id):
+        if not await settle_call(  # a write lost mid-commit is read back (pg_settle.py)
+                self._conns, lambda: self._committer.write(self._q["insert_journal"], params,
+                                                           lease.thread_id),
+                lease.thread_id, step, idx):
             raise LeaseLost(f"run {lease.thread_id!r}: lease lost before journaling call {idx}")
 
     async def load_journal(self, thread_id: str, step: int) -> list[JournalRecord]:
@@ -291,7 +293,8 @@ class PostgresStore:
         if kind is FULL:
             wakes = step_wakes(commit)
             body, commits = step_transaction(self._q, commit, wakes)
-            await self._conns.transaction(body, body_commits=commits)
+            await settle_step(self._conns,
+                              lambda: self._conns.transaction(body, body_commits=commits), commit)
             if wakes.workers:
                 self.work_available.set()
             if wakes.dispatchers:
@@ -308,7 +311,8 @@ class PostgresStore:
         else:
             query = self._q["commit_step"]
         lease = commit.lease
-        row = await self._committer.write(query, params, lease.thread_id)
+        row = await settle_step(self._conns, lambda: self._committer.write(
+            query, params, lease.thread_id), commit, release=kind is RELEASE)
         if not row:
             raise LeaseLost(
                 f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed"
@@ -358,22 +362,7 @@ class PostgresStore:
             self.effects_available.set()
 
     async def park_run(self, lease: Lease, park: Park) -> None:
-        waiting = park.kind != "sleep"
-        params: Params = {
-            "thread_id": lease.thread_id,
-            "epoch": lease.epoch,
-            "status": "waiting" if waiting else "sleeping",
-            "waiting_for": park.kind if waiting else None,
-            "seconds": None if waiting else park.seconds,
-            "kind": park.kind,
-            "step": park.step,
-            "idx": park.idx,
-            "interrupt_id": park.interrupt_id,
-            "payload": park.payload,
-            "sleep_name": SLEEP_CALL,
-            "timer": None if waiting else orjson.dumps(park.seconds),
-        }
-        add_children(params, park.spawn)
+        params = park_params(lease, park)
         lost = f"run {lease.thread_id!r}: lease lost; not parked"
         if park.kind != "join":
             # One fenced statement: group-committed with the other writes in flight.
