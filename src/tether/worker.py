@@ -25,7 +25,7 @@ from .agent import Agent, Command
 from .calls import retry_delay
 from .config import Settings
 from .context import Context, Message, Suspend
-from .errors import DefinitionError, LeaseLost, StoreError
+from .errors import DefinitionError, LeaseLost, StoreError, StoreUnavailable
 from .history import load_state
 from .hub import EventHub, RunObserver
 from .leases import Renewals
@@ -475,7 +475,9 @@ class Worker:
                 obs.released(FailureCategory.LEASE_LOST.value)
         except Exception as exc:
             # A store outage or an internal error: give the run back rather than hold it.
-            log.exception("run %s: step aborted; the run is released for retry", thread_id)
+            outage = isinstance(exc, StoreUnavailable)  # (said in one line, no traceback)
+            log.log(logging.WARNING if outage else logging.ERROR, "run %s: step aborted (%s); "
+                    "the run is released for retry", thread_id, exc, exc_info=not outage)
             self._orphans[thread_id] = lease
             if obs is not None:
                 obs.released(categorize(exc).value)

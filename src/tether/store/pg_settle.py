@@ -12,6 +12,9 @@ failure that may have landed:
   journaled once per step and index: a row there from an earlier holder would have been
   replayed, not called).
 
+The same for a run's start (it landed iff the run exists with its input) and an interrupt's
+answer (iff the interrupt is resolved with that value).
+
 Landed: the write's answer is made from what was read. Not landed: the write is sent again
 (it is fenced by the epoch, and the checkpoint's and journal's primary keys refuse a second
 copy, so a write that turns out to have committed late cannot be applied twice). The store
@@ -29,7 +32,7 @@ from typing import Final, TypeVar
 from psycopg.rows import TupleRow
 
 from ..errors import StoreUnavailable
-from .base import RUN_COLUMNS, RunRecord, StepCommit
+from .base import RUN_COLUMNS, Lease, NewRun, RunRecord, StepCommit
 from .pg_conn import PgConnections
 
 log = logging.getLogger("tether.store.postgres")
@@ -120,3 +123,47 @@ async def settle_call(conns: PgConnections, write: Write, thread_id: str, step: 
 
     return await settle(conns, write, landed,
                         f"run {thread_id!r}: journaling call {idx} of step {step}")
+
+
+async def settle_create(conns: PgConnections, write: Write, new: NewRun) -> TupleRow | None:
+    """settle() a create_run: it landed iff the run exists with this input (its row then
+    reads as created, as create_run's does: (True, run columns...))."""
+
+    async def landed() -> TupleRow | None:
+        row = await conns.read_one(conns.q["get_run"], {"thread_id": new.thread_id})
+        if row is None:
+            return None
+        run = RunRecord(*row)
+        same = run.agent == new.agent and run.input_hash == new.input_hash
+        return (True, *run_row(run)) if same else None
+
+    return await settle(conns, write, landed, f"run {new.thread_id!r}: start")
+
+
+async def settle_resume(conns: PgConnections, write: Write, thread_id: str, value: bytes,
+                        interrupt_id: str | None) -> TupleRow | None:
+    """settle() an interrupt's answer: it landed iff the interrupt is resolved with this
+    value (resume_interrupt's row: the interrupt's columns, then a count)."""
+
+    async def landed() -> TupleRow | None:
+        rows = await conns.read(conns.q["list_interrupts"], {
+            "thread_id": thread_id, "status": "resolved", "limit": 10_000})
+        for r in reversed(rows):
+            if (interrupt_id is None or r[3] == interrupt_id) and bytes(r[5] or b"") == value:
+                return (*r, 0)
+        return None
+
+    return await settle(conns, write, landed, f"run {thread_id!r}: interrupt answer")
+
+
+async def settle_park(conns: PgConnections, write: Write, lease: Lease) -> TupleRow | None:
+    """settle() a park: it landed iff the run left `running` on the lease's epoch (only its
+    holder moves it so; a claim or a cancel moves the epoch)."""
+
+    async def landed() -> TupleRow | None:
+        row = await conns.read_one(conns.q["get_run"], {"thread_id": lease.thread_id})
+        run = None if row is None else RunRecord(*row)
+        return (1,) if run is not None and run.epoch == lease.epoch and \
+            run.status != "running" else None
+
+    return await settle(conns, write, landed, f"run {lease.thread_id!r}: park")

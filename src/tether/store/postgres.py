@@ -54,7 +54,7 @@ from .pg_conn import BEGIN, Conn, Params, PgConnections
 from .pg_deploy import PgDeployments
 from .pg_listen import CHANNEL, EFFECTS_CHANNEL, Listener
 from .pg_retention import PgRetention
-from .pg_settle import settle_call, settle_step
+from .pg_settle import settle_call, settle_create, settle_park, settle_resume, settle_step
 from .pg_steps import add_children, park_params, step_params, step_transaction
 from .plan import FINISH, FULL, RELEASE, SPAWN, step_kind, step_wakes, wakes_workers
 from .rows import finished_run, mail_refused, new_run_params, same_run
@@ -169,8 +169,9 @@ class PostgresStore:
         # Through the writer: concurrent starts are group-committed like steps (an audited
         # one is its own transaction, with its audit row).
         if audit is None:
-            row = await self._committer.write(self._q["create_run"], new_run_params(new, lease),
-                                              new.thread_id)
+            params = new_run_params(new, lease)
+            row = await settle_create(self._conns, lambda: self._committer.write(
+                self._q["create_run"], params, new.thread_id), new)
         else:
             rows = await self._conns.audited(self._q["create_run"], new_run_params(new, lease), audit,
                                        lambda rows: bool(rows and rows[0][0]))
@@ -366,7 +367,8 @@ class PostgresStore:
         lost = f"run {lease.thread_id!r}: lease lost; not parked"
         if park.kind != "join":
             # One fenced statement: group-committed with the other writes in flight.
-            if await self._committer.write(self._q["park_run"], params, lease.thread_id) is None:
+            if await settle_park(self._conns, lambda: self._committer.write(
+                    self._q["park_run"], params, lease.thread_id), lease) is None:
                 raise LeaseLost(lost)
         else:
             q, joined = self._q, {"thread_id": lease.thread_id, "children": list(park.children)}
@@ -468,7 +470,8 @@ class PostgresStore:
         # One statement, group-committed: concurrent resumes of many runs share a commit;
         # two answers to one interrupt in one batch see each other (the second finds none).
         if audit is None:
-            row = await self._committer.write(self._q["resume_interrupt"], params, thread_id)
+            row = await settle_resume(self._conns, lambda: self._committer.write(
+                self._q["resume_interrupt"], params, thread_id), thread_id, value, interrupt_id)
         else:
             rows = await self._conns.audited(self._q["resume_interrupt"], params, audit, bool)
             row = rows[0] if rows else None
