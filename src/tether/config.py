@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote_plus, urlsplit
+from urllib.parse import quote, unquote, unquote_plus, urlsplit
 
 from .errors import ConfigError
 
@@ -200,4 +200,10 @@ def _masked(item: str) -> str:
     name = item.split("=", 1)[0]
     # Unquoted: "pass%77ord" is what libpq reads as password.
     lowered = unquote_plus(name).lower()
-    return f"{name}=***" if any(word in lowered for word in SECRET_WORDS) else item
+    if any(word in lowered for word in SECRET_WORDS):
+        return f"{name}=***"
+    value = unquote(item.partition("=")[2])
+    if "://" in value:  # a URL in the query (listen_url=...): its own secrets masked
+        masked = redact(value)
+        return item if masked == value else f"{name}={quote(masked, safe='')}"
+    return item

@@ -31,8 +31,7 @@ from apps import Workers, eventually
 from apps import ha_app as app
 from apps.chaos_app import read_calls
 from apps.effects_app import SINK_ENV, by_key, read_lines
-from apps.pg_cluster import PgPair, available
-from conftest import in_ci
+from apps.pg_cluster import PgPair, available, in_ci
 
 pytestmark = [pytest.mark.failover, pytest.mark.slow]
 

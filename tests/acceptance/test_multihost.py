@@ -18,8 +18,7 @@ import pytest
 import tether
 from apps import inprocess
 from apps.http_harness import Procs, wait_until
-from apps.pg_cluster import PgPair, available
-from conftest import in_ci
+from apps.pg_cluster import PgPair, available, in_ci
 from tether.langgraph import TetherSaver
 
 pytestmark = [pytest.mark.failover, pytest.mark.slow]

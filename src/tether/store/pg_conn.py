@@ -44,6 +44,7 @@ from ..config import redact
 from ..errors import ConfigError, StoreError, StoreUnavailable
 from .audit import Audit
 from .migrate import latest, migrations, queries
+from .pg_pooler import pooler_options
 
 log = logging.getLogger("tether.store.postgres")
 
@@ -202,21 +203,28 @@ class PgConnections:
             raise ConfigError("max_size (pool_max) must be at least 2 (a writer holds one "
                               "connection)")
         pool_timeout = pool.get("pool_timeout", pool_timeout)
-        try:
-            params = conninfo_to_dict("postgresql://" + rest)  # libpq knows no "+psycopg"
-        except psycopg.Error as exc:
-            raise ConfigError(f"malformed Postgres URL {self.safe_url!r}") from exc
-        self._password = str(params.get("password") or "")
-        options = str(params.get("options") or "")
-        params["options"] = f"{options} -c synchronous_commit={synchronous_commit}".strip()
-        params.setdefault("application_name", "tether")
-        params.setdefault("connect_timeout", max(2, round(connect_timeout)))
-        # Find a dead peer (no FIN, e.g. a failed-over host) in seconds, not hours.
-        params.setdefault("keepalives", 1)
-        params.setdefault("keepalives_idle", 10)
-        params.setdefault("keepalives_interval", 5)
-        params.setdefault("keepalives_count", 3)
-        self._conninfo = make_conninfo("", **params)
+        rest, pool_mode, listen_url = pooler_options(rest, self.safe_url)  # (pg_pooler.py)
+        self.transaction_pooling = pool_mode == "transaction"
+        if self.transaction_pooling and synchronous_commit != "on":
+            raise ConfigError("through transaction pooling (pool_mode=transaction) "
+                              "synchronous_commit is the server's: set it there (ALTER ROLE "
+                              "... SET synchronous_commit), not in tether")
+        self._passwords: list[str] = []  # masked in messages (the URL's, listen_url's)
+        self._conninfo = self._conninfo_of(rest, None if self.transaction_pooling
+                                           else synchronous_commit, connect_timeout)
+        self._listen_conninfo = self._conninfo
+        if listen_url is not None:
+            scheme, sep, listen_rest = listen_url.partition("://")
+            if scheme.lower() not in _SCHEMES or not sep:
+                raise ConfigError(f"malformed listen_url {redact(listen_url)!r}: expected "
+                                  "postgresql://user@host:port/db")
+            self._listen_conninfo = self._conninfo_of(listen_rest, synchronous_commit,
+                                                      connect_timeout)
+        # No server-side prepared statements through transaction pooling: one prepared on
+        # one server connection does not exist on the next.
+        self._kwargs: dict[str, Any] = {"autocommit": True}
+        if self.transaction_pooling:
+            self._kwargs["prepare_threshold"] = None
         self.min_size = max(1, min(min_size, max_size))
         self.max_size = max_size
         self.connect_timeout = connect_timeout
@@ -230,13 +238,34 @@ class PgConnections:
         self._reading = False  # a hot read is in flight
         self.reconnects = Reconnects(self.safe_url)
 
+    def _conninfo_of(self, rest: str, synchronous_commit: str | None,
+                     connect_timeout: float) -> str:
+        try:
+            params = conninfo_to_dict("postgresql://" + rest)  # libpq knows no "+psycopg"
+        except psycopg.Error as exc:
+            raise ConfigError(f"malformed Postgres URL {redact('postgresql://' + rest)!r}"
+                              ) from exc
+        if params.get("password"):
+            self._passwords.append(str(params["password"]))
+        if synchronous_commit is not None:  # (PgBouncer refuses the options parameter)
+            options = str(params.get("options") or "")
+            params["options"] = f"{options} -c synchronous_commit={synchronous_commit}".strip()
+        params.setdefault("application_name", "tether")
+        params.setdefault("connect_timeout", max(2, round(connect_timeout)))
+        # Find a dead peer (no FIN, e.g. a failed-over host) in seconds, not hours.
+        params.setdefault("keepalives", 1)
+        params.setdefault("keepalives_idle", 10)
+        params.setdefault("keepalives_interval", 5)
+        params.setdefault("keepalives_count", 3)
+        return make_conninfo("", **params)
+
     # -- errors ----------------------------------------------------------------------------
 
     def message(self, exc: BaseException) -> str:
         """The driver error's text, one line, the password masked."""
         text = str(exc).strip() or type(exc).__name__
-        if self._password:
-            text = text.replace(self._password, "***")
+        for password in self._passwords:
+            text = text.replace(password, "***")
         return text.replace("\n", " ").replace("\t", " ")
 
     def error(self, exc: BaseException) -> StoreError:
@@ -255,8 +284,9 @@ class PgConnections:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def connect(self) -> Conn:
-        """A connection of its own, outside the pool (the caller closes it)."""
-        return await AsyncConnection.connect(self._conninfo, autocommit=True)
+        """The listener's connection, outside the pool (the caller closes it): on listen_url
+        when one is given (pg_pooler.py)."""
+        return await AsyncConnection.connect(self._listen_conninfo, autocommit=True)
 
     @property
     def is_open(self) -> bool:
@@ -266,7 +296,7 @@ class PgConnections:
         """Open the pool, its minimum of connections made. Raises StoreUnavailable."""
         pool = _Pool(
             self._conninfo,
-            kwargs={"autocommit": True},
+            kwargs=self._kwargs,
             min_size=self.min_size,
             max_size=self.max_size,
             timeout=self.pool_timeout,
