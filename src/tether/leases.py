@@ -108,7 +108,7 @@ class Renewals:
     async def _renew_once(self) -> set[str]:
         driving = self._driving()
         since = time.monotonic()
-        held = await self._store.renew_leases(self._worker, self.ttl)
+        held = await self._store.renew_leases(self._worker, self.ttl, sorted(driving))
         clocks = self.clocks
         for thread_id in held:
             clock = clocks.get(thread_id)

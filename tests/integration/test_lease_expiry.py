@@ -183,3 +183,16 @@ async def test_a_step_commit_extends_its_lease(pg_url: str) -> None:
         assert kept is not None and kept.lease_expires_at == after.lease_expires_at
     finally:
         await store.close()
+
+
+async def test_a_worker_renews_only_the_leases_it_drives(store: Store) -> None:
+    """A run leased to a worker that no longer drives it (after a failover to an asynchronous
+    standby lost its finish, say) is not kept alive by the worker's heartbeat: it expires and
+    another worker takes it over."""
+    driven, _ = await store.create_run(_new_run())
+    forgotten, _ = await store.create_run(_new_run())
+    assert len(await store.claim_runs("w", "v1", ["a"], 10, 0.3)) == 2
+    assert await store.renew_leases("w", 30.0, [driven.thread_id]) == {driven.thread_id}
+    await asyncio.sleep(0.45)
+    taken = await store.claim_runs("other", "v1", ["a"], 10, 30.0)
+    assert [r.thread_id for r in taken] == [forgotten.thread_id]

@@ -225,8 +225,10 @@ class PostgresStore:
                   "ttl": float(lease_ttl)}
         return [_run(r) for r in await self._conns.fetchall(self._q["claim_runs"], params)]
 
-    async def renew_leases(self, worker: str, lease_ttl: float) -> set[str]:
-        params = {"worker": worker, "ttl": float(lease_ttl)}
+    async def renew_leases(self, worker: str, lease_ttl: float,
+                           only: Sequence[str] | None = None) -> set[str]:
+        params = {"worker": worker, "ttl": float(lease_ttl),
+                  "only": None if only is None else list(only)}
         rows = await self._conns.fetchall(self._q["renew_leases"], params, idempotent=True)
         return {r[0] for r in rows}
 
