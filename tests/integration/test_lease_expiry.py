@@ -196,3 +196,29 @@ async def test_a_worker_renews_only_the_leases_it_drives(store: Store) -> None:
     await asyncio.sleep(0.45)
     taken = await store.claim_runs("other", "v1", ["a"], 10, 30.0)
     assert [r.thread_id for r in taken] == [forgotten.thread_id]
+
+
+async def test_a_commit_that_skips_a_step_is_refused(pg_url: str) -> None:
+    """On Postgres a step commit is fenced by the step too: a worker one step ahead of the run
+    (its previous commit lost in a failover to an asynchronous standby) commits nothing,
+    alone or in a group commit, rather than leave a gap in the checkpoint log."""
+    store = PostgresStore(pg_url)
+    await store.open()
+    try:
+        leases = []
+        for _ in range(4):
+            await store.create_run(_new_run())
+        for run in await store.claim_runs("w", "v1", ["a"], 10, 30.0):
+            leases.append(Lease(run.thread_id, "w", run.epoch))
+        await store.commit_step(_commit(leases[0]))  # step 1
+        with pytest.raises(LeaseLost):
+            await store.commit_step(dataclasses.replace(_commit(leases[0]), step=3))
+        results = await asyncio.gather(  # together: one group commit of all four
+            *(store.commit_step(dataclasses.replace(_commit(le), step=2)) for le in leases),
+            return_exceptions=True)
+        assert [type(r).__name__ for r in results] == ["NoneType"] + ["LeaseLost"] * 3
+        steps = {le.thread_id: [cp.step for cp in await store.checkpoints(le.thread_id)]
+                 for le in leases}
+        assert list(steps.values()) == [[1, 2], [], [], []], steps
+    finally:
+        await store.close()

@@ -25,7 +25,10 @@ thread_id, step, node, next_node, kind, data, worker, attempt, started_at, finis
 -- the step's checkpoint, only if u matched (each adds its own RETURNING). A run that stays
 -- running has its lease extended to now + ttl when less than half of ttl is left (the commit
 -- proves the lease: a worker whose heartbeat lags keeps it); above that it is left as it is,
--- so the hot path's update stays HOT (no index holds a column it changes).
+-- so the hot path's update stays HOT (no index holds a column it changes). Fenced by the
+-- epoch and by the step: a commit lost in a failover to an asynchronous standby (the tail it
+-- had not received) leaves the run a step behind its worker, whose next commit then matches
+-- nothing (LeaseLost) instead of leaving a gap in the checkpoint log.
     UPDATE runs
     SET step = %(step)s, node = %(next_node)s, status = %(status)s,
         attempt = CASE WHEN %(status)s = 'running' THEN 1 ELSE 0 END, failures = 0,
@@ -38,6 +41,7 @@ thread_id, step, node, next_node, kind, data, worker, attempt, started_at, finis
                  ELSE lease_expires_at END END,
         updated_at = extract(epoch FROM clock_timestamp())::float8
     WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status || '' = 'running'
+      AND step = %(step)s - 1  -- the step after the run's last: never a gap in its log
 
 -- fragment: step_checkpoint
     INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,

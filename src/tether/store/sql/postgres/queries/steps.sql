@@ -76,6 +76,7 @@ f AS MATERIALIZED (
     SELECT x.*, l.rid
     FROM x, LATERAL (SELECT ctid AS rid FROM runs
                      WHERE thread_id = x.thread_id AND epoch = x.epoch AND status || '' = 'running'
+                       AND step = x.step - 1  -- (see fragment step_update)
                      OFFSET 0) AS l
 ),
 u AS (
@@ -92,7 +93,7 @@ u AS (
         updated_at = extract(epoch FROM clock_timestamp())::float8
     FROM f
     WHERE runs.ctid = ANY (ARRAY(SELECT rid FROM f)) AND runs.ctid = f.rid
-      AND runs.epoch = f.epoch AND runs.status || '' = 'running'
+      AND runs.epoch = f.epoch AND runs.status || '' = 'running' AND runs.step = f.step - 1
     RETURNING runs.thread_id, runs.updated_at
 ),
 c AS (
