@@ -99,3 +99,21 @@ def test_the_store_contract_passes_through_pgbouncer(bouncer: PgBouncer) -> None
         cwd=TESTS, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
     assert " passed" in out.stdout and "failed" not in out.stdout, out.stdout[-2000:]
+
+
+async def test_the_langgraph_saver_through_pgbouncer(pg_url: str, bouncer: PgBouncer) -> None:
+    """TetherSaver on the same URL: more checkpoints than psycopg's prepare threshold (5),
+    each read back, through transaction pooling."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from tether.langgraph import TetherSaver
+
+    url = bouncer.url(urlsplit(pg_url).path.lstrip("/"), listen_url=pg_url)
+    async with TetherSaver.from_conn_string(url) as saver:
+        await saver.setup()
+        config: Any = {"configurable": {"thread_id": "bounced", "checkpoint_ns": ""}}
+        for step in range(12):
+            config = await saver.aput(config, empty_checkpoint(),
+                                      {"source": "loop", "step": step}, {})
+            got = await saver.aget_tuple(config)
+            assert got is not None and got.metadata["step"] == step
