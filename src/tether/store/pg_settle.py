@@ -44,13 +44,16 @@ T = TypeVar("T")
 
 
 async def settle(conns: PgConnections, write: Callable[[], Awaitable[T]],
-                 landed: Callable[[], Awaitable[T | None]], what: str) -> T:
+                 landed: Callable[[], Awaitable[T | None]], what: str,
+                 lost: StoreUnavailable | None = None) -> T:
     """write(); if its connection died (StoreUnavailable), landed() once the database
-    answers: its answer if the write landed, else write() again."""
-    try:
-        return await write()
-    except StoreUnavailable as exc:
-        lost = exc
+    answers: its answer if the write landed, else write() again. `lost`: the caller made the
+    first write itself (the hot path: no wrapper around it) and it failed so."""
+    if lost is None:
+        try:
+            return await write()
+        except StoreUnavailable as exc:
+            lost = exc
     give_up = time.monotonic() + SETTLE_FOR
     delay = 0.1
     while True:
@@ -100,7 +103,8 @@ Write = Callable[[], Awaitable[TupleRow | None]]
 
 
 async def settle_step(conns: PgConnections, write: Write, commit: StepCommit,
-                      release: bool = False) -> TupleRow | None:
+                      release: bool = False, lost: StoreUnavailable | None = None
+                      ) -> TupleRow | None:
     """settle() a step commit: the row its statement returns (commit_step_wake's when
     `release`), made of the run as read back."""
 
@@ -111,18 +115,18 @@ async def settle_step(conns: PgConnections, write: Write, commit: StepCommit,
         return (*run_row(run), 0) if release else (run.thread_id, run.updated_at)
 
     return await settle(conns, write, landed,
-                        f"run {commit.lease.thread_id!r}: commit of step {commit.step}")
+                        f"run {commit.lease.thread_id!r}: commit of step {commit.step}", lost)
 
 
 async def settle_call(conns: PgConnections, write: Write, thread_id: str, step: int,
-                      idx: int) -> TupleRow | None:
+                      idx: int, lost: StoreUnavailable | None = None) -> TupleRow | None:
     """settle() a journaled call's write."""
 
     async def landed() -> TupleRow | None:
         return (1,) if await call_landed(conns, thread_id, step, idx) else None
 
     return await settle(conns, write, landed,
-                        f"run {thread_id!r}: journaling call {idx} of step {step}")
+                        f"run {thread_id!r}: journaling call {idx} of step {step}", lost)
 
 
 async def settle_create(conns: PgConnections, write: Write, new: NewRun) -> TupleRow | None:

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from psycopg.rows import TupleRow
 
-from ..errors import LeaseLost, RunConflict, RunNotFound, SchemaError
+from ..errors import LeaseLost, RunConflict, RunNotFound, SchemaError, StoreUnavailable
 from .base import (
     COMPENSATION_STEP,
     INTERRUPT_CALL,
@@ -275,10 +275,12 @@ class PostgresStore:
     ) -> None:
         params = {"thread_id": lease.thread_id, "epoch": lease.epoch, "step": step, "idx": idx,
                   "name": name, "result": result}
-        if not await settle_call(  # a write lost mid-commit is read back (pg_settle.py)
-                self._conns, lambda: self._committer.write(self._q["insert_journal"], params,
-                                                           lease.thread_id),
-                lease.thread_id, step, idx):
+        try:
+            row = await self._committer.write(self._q["insert_journal"], params, lease.thread_id)
+        except StoreUnavailable as lost:  # its reply lost: read back (pg_settle.py)
+            row = await settle_call(self._conns, lambda: self._committer.write(
+                self._q["insert_journal"], params, lease.thread_id), lease.thread_id, step, idx, lost)
+        if not row:
             raise LeaseLost(f"run {lease.thread_id!r}: lease lost before journaling call {idx}")
 
     async def load_journal(self, thread_id: str, step: int) -> list[JournalRecord]:
@@ -314,8 +316,12 @@ class PostgresStore:
         else:
             query = self._q["commit_step"]
         lease = commit.lease
-        row = await settle_step(self._conns, lambda: self._committer.write(
-            query, params, lease.thread_id), commit, release=kind is RELEASE)
+        write = self._committer.write
+        try:  # (the hot path: the write itself, no wrapper)
+            row = await write(query, params, lease.thread_id)
+        except StoreUnavailable as lost:  # its reply lost: read back (pg_settle.py)
+            row = await settle_step(self._conns, lambda: write(query, params, lease.thread_id),
+                                    commit, release=kind is RELEASE, lost=lost)
         if not row:
             raise LeaseLost(
                 f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed"
