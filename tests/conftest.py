@@ -9,6 +9,10 @@ Postgres: `postgresql://postgres@127.0.0.1:5432/postgres`, or `TETHER_TEST_PG`. 
 be reached, Postgres tests skip with the reason, except under CI=true where they fail: a CI
 job that silently skipped half the contract suite would report green for an untested store.
 Deselect them with `-m "not postgres"`.
+
+TETHER_TEST_PGBOUNCER=1: every Postgres database is handed out through a PgBouncer of the
+session's own (apps.pgbouncer, transaction pooling), LISTEN on a direct URL (listen_url), so
+a suite can be run as tether meets PgBouncer (tests/integration/test_pgbouncer.py does).
 """
 
 from __future__ import annotations
@@ -225,12 +229,33 @@ def pg_template(pg_admin: PgAdmin) -> Iterator[str]:
         pg_admin.drop_soon(name)
 
 
+@pytest.fixture(scope="session")
+def pg_bouncer() -> Iterator[object]:
+    """The session's PgBouncer when TETHER_TEST_PGBOUNCER=1 (else None)."""
+    if not os.environ.get("TETHER_TEST_PGBOUNCER"):
+        yield None
+        return
+    from apps.pgbouncer import PgBouncer
+
+    parts = urlsplit(os.environ.get("TETHER_TEST_PG", PG_DEFAULT))
+    with PgBouncer(parts.hostname or "127.0.0.1", parts.port or 5432) as bouncer:
+        yield bouncer
+
+
+def through_bouncer(request: pytest.FixtureRequest, url: str) -> str:
+    """`url` through the session's PgBouncer, if there is one."""
+    bouncer = request.getfixturevalue("pg_bouncer")
+    if bouncer is None:
+        return url
+    return bouncer.url(urlsplit(url).path.lstrip("/"), listen_url=url)  # type: ignore[attr-defined,no-any-return]
+
+
 @pytest.fixture
-def pg_url(pg_admin: PgAdmin, pg_template: str) -> Iterator[str]:
+def pg_url(pg_admin: PgAdmin, pg_template: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh migrated Postgres database for this test, dropped afterwards."""
     url = pg_admin.clone()
     try:
-        yield url
+        yield through_bouncer(request, url)
     finally:
         pg_admin.drop_soon(urlsplit(url).path.lstrip("/"))
 
@@ -278,7 +303,7 @@ class Databases:
             url = f"sqlite:///{path}"
         else:
             admin: PgAdmin = self._request.getfixturevalue("pg_admin")
-            url = admin.clone() if migrated else admin.empty()
+            url = through_bouncer(self._request, admin.clone() if migrated else admin.empty())
         self._made.append(url)
         self._count += 1
         return url

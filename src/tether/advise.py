@@ -282,8 +282,10 @@ def advise(inputs: Inputs, dialect: str, probe: Probe | None,
     if connections > CONNECTIONS_BUDGET * max_conn:
         reasons.append(f"{workers} workers x pool {pool} = {connections} connections, over "
                        f"{CONNECTIONS_BUDGET:.0%} of max_connections {int(max_conn)} "
-                       f"({_src(inputs.max_connections)}): put PgBouncer in front (session "
-                       "mode for the LISTEN connection) or raise max_connections")
+                       f"({_src(inputs.max_connections)}): put PgBouncer in front in "
+                       "transaction mode (URL ?pool_mode=transaction&listen_url=<a direct or "
+                       "session-mode URL, for LISTEN>; docs/howto-ha.md) or raise "
+                       "max_connections")
         return Advice("postgres-pooler", f"tether on Postgres with a connection pooler, "
                       f"{workers} workers of concurrency {slots}", reasons,
                       _headroom(inputs, steps_per_s, ceiling, pg_ceiling),

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote_plus, urlsplit
+from urllib.parse import quote, unquote, unquote_plus, urlsplit
 
 from .errors import ConfigError
 
@@ -101,7 +101,7 @@ VALID: dict[str, tuple[Callable[[Any], bool], str, str]] = {
 OTHER_ENV = frozenset({
     "APP", "LOOP", "TOKEN", "TOKEN_NAME", "ALLOWED_HOSTS", "TRACE_DETAIL", "LISTEN_URL",
     "MAX_STREAMS", "MAX_STREAMS_PER_CLIENT", "CHROMIUM", "TEST_PG", "TEST_EXAMPLES",
-    "TEST_GENAI_URL", "BIN", "FSYNC_DELAY_MS"})
+    "TEST_GENAI_URL", "TEST_PGBOUNCER", "BIN", "FSYNC_DELAY_MS"})
 """The TETHER_* variables besides the settings' (read by the CLI, the server, the event loop,
 tracing, the test suite, the TypeScript client's tests (BIN) and the slow-disk shim)."""
 OTHER_ENV_FAMILIES = ("BENCH_",)
@@ -314,4 +314,10 @@ def _masked(item: str) -> str:
     name = item.split("=", 1)[0]
     # Unquoted: "pass%77ord" is what libpq reads as password.
     lowered = unquote_plus(name).lower()
-    return f"{name}=***" if any(word in lowered for word in SECRET_WORDS) else item
+    if any(word in lowered for word in SECRET_WORDS):
+        return f"{name}=***"
+    value = unquote(item.partition("=")[2])
+    if "://" in value:  # a URL in the query (listen_url=...): its own secrets masked
+        masked = redact(value)
+        return item if masked == value else f"{name}={quote(masked, safe='')}"
+    return item

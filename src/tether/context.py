@@ -36,6 +36,7 @@ from .types import TERMINAL
 
 if TYPE_CHECKING:
     from .hub import RunObserver
+    from .leases import LeaseClock
     from .outbox import EffectHandler
     from .store.base import JournalRecord, Lease, Store
 
@@ -104,8 +105,9 @@ def callable_name(fn: Callable[..., Any]) -> str:
 class Context:
     """Handed to every node execution. One Context per execution of one step."""
 
-    __slots__ = ("_agents", "_calls", "_cpu", "_effect_handlers", "_journal", "_keyed", "_lease",
-                 "_obs", "_sink", "_store", "agent", "attempt", "children", "effects", "groups", "inbox",
+    __slots__ = ("_agents", "_calls", "_clock", "_cpu", "_effect_handlers", "_journal", "_keyed",
+                 "_lease", "_obs", "_sink", "_store", "agent", "attempt", "children", "effects",
+                 "groups", "inbox",
                  "messages", "node", "step", "thread_id", "version", "worker")
 
     def __init__(
@@ -125,8 +127,10 @@ class Context:
         version: str = "",
         observer: RunObserver | None = None,
         cpu: Callable[[], Executor] | None = None,
+        clock: LeaseClock | None = None,
     ) -> None:
         self._store = store
+        self._clock = clock  # a live call is made only on a lease with time left (leases.py)
         self._obs = observer
         self._sink = sink
         self._cpu = cpu
@@ -194,6 +198,9 @@ class Context:
                 now = time.time()
                 obs.call(self.step, name, True, now, now)
             return _replayed(rec.result, fn)
+        clock = self._clock
+        if clock is not None and clock.expiring():
+            await clock.refresh(self._lease)  # LeaseLost: the call is not made
         started = time.time() if obs is not None else 0.0
         if timeout is None and retry is None:
             value = fn(*args, **kwargs)
@@ -278,6 +285,9 @@ class Context:
                 self._sink(self.thread_id, {"type": "replayed", "step": self.step, "call": idx,
                                             "name": name, "data": llm.chunk_json(value)})
             return value
+        clock = self._clock
+        if clock is not None and clock.expiring():
+            await clock.refresh(self._lease)
         started = time.time() if obs is not None else 0.0
         sink, thread_id, step = self._sink, self.thread_id, self.step
 
@@ -309,6 +319,9 @@ class Context:
                 obs.call(self.step, name, True, now, now)
             replayed: T = _replayed(rec.result, fn)
             return replayed
+        clock = self._clock
+        if clock is not None and clock.expiring():
+            await clock.refresh(self._lease)
         started = time.time() if obs is not None else 0.0
         value = await calls.in_process(self._cpu, fn, args, kwargs, name)
         data, decoded, _ = self._encode(idx, name, value)

@@ -81,6 +81,7 @@ async def create(store: Store, new: NewRun, workers: Sequence[Worker], own: str,
     worker = next((w for w in workers if w.reserve()), None)
     if worker is None:
         return await store.create_run(new, audit=audit)
+    since = time.monotonic()  # the run's lease runs from (at the latest) now
     try:
         rec, created = await store.create_run(new, lease=(worker.id, lease_ttl), audit=audit)
     except BaseException:
@@ -88,7 +89,7 @@ async def create(store: Store, new: NewRun, workers: Sequence[Worker], own: str,
         raise
     if not (created and rec.lease_owner == worker.id):
         worker.unreserve()
-    elif not worker.adopt(rec):  # it began stopping meanwhile: let others claim it
+    elif not worker.adopt(rec, since):  # it began stopping meanwhile: let others claim it
         await store.release_runs([Lease(rec.thread_id, worker.id, rec.epoch)])
     return rec, created
 

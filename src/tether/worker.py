@@ -14,8 +14,6 @@ import multiprocessing
 import os
 import socket
 import time
-import traceback
-import uuid
 import weakref
 from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
@@ -25,14 +23,16 @@ from .agent import Agent, Command
 from .calls import retry_delay
 from .config import Settings
 from .context import Context, Message, Suspend
-from .errors import DefinitionError, LeaseLost, StoreError
+from .errors import DefinitionError, LeaseLost, StoreError, StoreUnavailable
 from .history import load_state
 from .hub import EventHub, RunObserver
+from .leases import Renewals
 from .outbox import Dispatcher
 from .registry import Registry
 from .retry import FINAL_CATEGORIES, FailureCategory, categorize
 from .state import apply_delta, delta_of, encode_delta
 from .store.base import Lease, Park, RunRecord, StepCommit, Store, WorkerBeat
+from .worker_records import agents_json, error_json, worker_id
 
 log = logging.getLogger("tether.worker")
 STRANDED_EVERY = 5.0
@@ -40,32 +40,6 @@ STRANDED_EVERY = 5.0
 the lease TTL when that is longer)."""
 _RUNNING: weakref.WeakSet[Worker] = weakref.WeakSet()
 """The workers running in this process (see `co_resident`)."""
-
-
-def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-def agents_json(registry: Registry) -> str:
-    """The registry's agents and their node names, the start node first (as registered)."""
-    out = {}
-    for name, agent in registry.agents.items():
-        start = agent.start
-        out[name] = ([start] if start else []) + [n for n in agent.nodes if n != start]
-    return serde.dumps(out).decode()
-
-
-def error_json(category: FailureCategory, exc: BaseException, attempts: int = 1,
-               node: str | None = None) -> bytes:
-    """A run's error as stored in its record; `node` names the node whose step failed."""
-    return serde.dumps({
-        "node": node,
-        "category": category.value,
-        "attempts": attempts,
-        "type": type(exc).__qualname__,
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(exc)),
-    })
 
 
 class Worker:
@@ -97,6 +71,9 @@ class Worker:
         self.steps_committed = 0
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._leases: dict[str, Lease] = {}
+        self._renewals = Renewals(  # the leases' deadlines, and their renewal
+            store, self.id, settings.lease_ttl, driving=lambda: set(self._tasks),
+            lost=self._lease_gone, current=lambda le: self._leases.get(le.thread_id) is le)
         self._abandoned: dict[Lease, str] = {}  # lease -> why its task was cancelled
         self._orphans: dict[str, Lease] = {}
         self._stopping = False
@@ -161,14 +138,16 @@ class Worker:
     def unreserve(self) -> None:
         self._reserved -= 1
 
-    def adopt(self, rec: RunRecord) -> bool:
-        """Drive a run created leased to this worker (uses the slot reserve() took). False if
-        the worker is stopping: the caller must release the run."""
+    def adopt(self, rec: RunRecord, since: float | None = None) -> bool:
+        """Drive a run created leased to this worker (uses the slot reserve() took); `since`:
+        time.monotonic() when its insert was sent (its lease runs from then). False if the
+        worker is stopping: the caller must release the run."""
         self.unreserve()
         if self._tg is None or self._stopping:
             return False
         lease = Lease(rec.thread_id, self.id, rec.epoch)
         self._leases[rec.thread_id] = lease
+        self._renewals.track(lease, time.monotonic() if since is None else since)
         self._tasks[rec.thread_id] = self._tg.create_task(self._drive(rec, lease, fresh=True))
         return True
 
@@ -262,6 +241,7 @@ class Worker:
             wake.clear()
             if free > 0:
                 want = min(free, self.claim_batch)
+                since = time.monotonic()  # the claimed leases run from (at the latest) now
                 try:
                     claimed = await self.store.claim_runs(
                         self.id, self.registry.version, agents, want, self.settings.lease_ttl
@@ -279,6 +259,7 @@ class Worker:
                     self.cancel_local(rec.thread_id, "superseded")
                     lease = Lease(rec.thread_id, self.id, rec.epoch)
                     self._leases[rec.thread_id] = lease
+                    self._renewals.track(lease, since)
                     no_mail = mail is not None and rec.thread_id not in mail
                     self._tasks[rec.thread_id] = tg.create_task(
                         self._drive(rec, lease, no_mail=no_mail))
@@ -334,18 +315,15 @@ class Worker:
                         self._orphans.pop(le.thread_id, None)
                 if self.dispatcher.active:
                     await self.store.renew_effect_leases(self.id, self.settings.lease_ttl)
-                if not self._tasks:
-                    continue
-                driving = set(self._tasks)
-                held = await self.store.renew_leases(self.id, self.settings.lease_ttl)
+                if self._tasks:
+                    await self._renewals.renew()
             except StoreError as exc:
                 log.warning("heartbeat failed: %s", exc)
-                continue
-            for thread_id in driving - held:
-                # Taken over (the zombie case) or cancelled: stop running its node.
-                if thread_id in self._tasks:
-                    log.info("lost lease on %s; abandoning its in-flight step", thread_id)
-                    self.cancel_local(thread_id, FailureCategory.LEASE_LOST.value)
+
+    def _lease_gone(self, thread_id: str) -> None:
+        if thread_id in self._tasks:
+            log.info("lost lease on %s; abandoning its in-flight step", thread_id)
+            self.cancel_local(thread_id, FailureCategory.LEASE_LOST.value)
 
     # -- one run ---------------------------------------------------------------------------
 
@@ -371,6 +349,7 @@ class Worker:
         thread_id = rec.thread_id
         registry, hub, store = self.registry, self.hub, self.store
         obs = hub.observe_run(rec, self.id) if hub.observers else None
+        clock = self._renewals.clock(lease)
         try:
             agent = registry.agents.get(rec.agent)
             if agent is None:  # not claimable by us; claim filters by agent
@@ -388,6 +367,8 @@ class Worker:
             snapshot_every = self.settings.snapshot_every
             while True:
                 step += 1
+                if clock is not None and clock.expiring():
+                    await clock.refresh(lease)  # no step on a lease about to expire
                 started = time.time()
                 try:
                     if node_name is None:
@@ -397,7 +378,7 @@ class Worker:
                                   step=step, attempt=attempt, journal=journal, sink=hub.emit,
                                   effect_handlers=registry.effect_handlers, inbox=inbox,
                                   agents=registry.agents, version=registry.version,
-                                  observer=obs, cpu=self._cpu)
+                                  observer=obs, cpu=self._cpu, clock=clock)
                     if inbox:
                         hub.emit(rec.thread_id, {"type": "processing", "step": step,
                                                      "inbox": len(inbox)})
@@ -441,6 +422,7 @@ class Worker:
                         status=status, waiting_for="mail" if parks else None, effects=ctx.effects,
                         children=ctx.children, messages=ctx.messages, groups=ctx.groups,
                         consumed=[m.id for m in inbox] if inbox else (), run=rec,
+                        lease_ttl=self.settings.lease_ttl,
                     ))
                 except (LeaseLost, StoreError):
                     raise
@@ -477,7 +459,9 @@ class Worker:
                 obs.released(FailureCategory.LEASE_LOST.value)
         except Exception as exc:
             # A store outage or an internal error: give the run back rather than hold it.
-            log.exception("run %s: step aborted; the run is released for retry", thread_id)
+            outage = isinstance(exc, StoreUnavailable)  # (said in one line, no traceback)
+            log.log(logging.WARNING if outage else logging.ERROR, "run %s: step aborted (%s); "
+                    "the run is released for retry", thread_id, exc, exc_info=not outage)
             self._orphans[thread_id] = lease
             if obs is not None:
                 obs.released(categorize(exc).value)
@@ -518,6 +502,7 @@ class Worker:
         """Stop tracking a lease that was released, parked or finished (if still current)."""
         if self._leases.get(lease.thread_id) is lease:
             del self._leases[lease.thread_id]
+        self._renewals.forget(lease)
 
     async def _failed(
         self, agent: Agent, node_name: str | None, lease: Lease, failures: int, exc: Exception,

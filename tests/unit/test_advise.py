@@ -84,6 +84,7 @@ def test_too_many_connections_for_max_connections_means_a_pooler() -> None:
     a = advise(inputs, "postgres", big_pg)
     assert a.recommendation == "postgres-pooler"
     assert any("max_connections 100 (measured)" in r for r in a.reasons)
+    assert any("pool_mode=transaction&listen_url=" in r for r in a.reasons)  # (howto-ha.md)
 
 
 def test_past_one_postgres_write_ceiling_has_outgrown_it() -> None:

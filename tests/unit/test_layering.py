@@ -25,7 +25,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("engine", ("tether.calls", "tether.context", "tether.history", "tether.outbox",
                 "tether.agent", "tether.registry", "tether.hub", "tether.deploy",
                 "tether.worker", "tether.starting", "tether.waiting",
-                "tether.retention", "tether.records", "tether.closing")),
+                "tether.retention", "tether.records", "tether.closing", "tether.leases",
+                "tether.worker_records")),
     ("runtime", ("tether.runtime",)),
     ("api", ("tether",)),  # the package itself (only): the public names, re-exported
     ("apps", ("tether.__main__", "tether.service", "tether.cli", "tether.demo", "tether.bench",

@@ -27,6 +27,8 @@ from psycopg.rows import TupleRow
 from ..config import redact
 from ..errors import ConfigError, SchemaError, StoreError, StoreUnavailable
 from ..store.migrate import parse_queries
+from ..store.pg_conn import pool_options
+from ..store.pg_pooler import pooler_options
 from ._blobs import Blob
 from ._rows import INLINE, BlobRow, CheckpointRow, Collect, WriteRow
 
@@ -48,6 +50,7 @@ class _Conns:
 
     def __init__(self, conninfo: str, size: int, timeout: float) -> None:
         self._conninfo, self._timeout = conninfo, timeout
+        self.prepare_threshold: int | None = 5  # None through transaction pooling
         self._slots = asyncio.Semaphore(size)
         self._idle: list[Conn] = []
         self.closed = False
@@ -60,7 +63,7 @@ class _Conns:
             if self.closed:
                 raise StoreError("the saver is not open")
             conn = self._idle.pop() if self._idle else await AsyncConnection.connect(
-                self._conninfo, autocommit=True)
+                self._conninfo, autocommit=True, prepare_threshold=self.prepare_threshold)
             try:
                 yield conn
             finally:
@@ -141,6 +144,7 @@ class _BlockingConns:
 
     def __init__(self, conninfo: str, size: int, timeout: float) -> None:
         self._conninfo, self._timeout = conninfo, timeout
+        self.prepare_threshold: int | None = 5  # None through transaction pooling
         self._slots = threading.BoundedSemaphore(size)
         self._lock = threading.Lock()
         self._idle: list[psycopg.Connection[TupleRow]] = []
@@ -156,7 +160,8 @@ class _BlockingConns:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
-                conn = psycopg.Connection.connect(self._conninfo, autocommit=True)
+                conn = psycopg.Connection.connect(self._conninfo, autocommit=True,
+                                                  prepare_threshold=self.prepare_threshold)
             try:
                 yield conn
             finally:
@@ -205,13 +210,19 @@ class PostgresRows:
                               "postgresql://user@host:port/db")
         if pool_size < 1:
             raise ConfigError(f"pool_size must be at least 1, got {pool_size}")
+        rest, _ = pool_options(rest, self.safe_url)  # the store's own options, not libpq's
+        rest, pool_mode, _ = pooler_options(rest, self.safe_url)
+        # Through PgBouncer's transaction pooling: no prepared statements, no options
+        # parameter (store/pg_pooler.py).
+        self._transaction_pooling = pool_mode == "transaction"
         try:
             params = conninfo_to_dict("postgresql://" + rest)
         except psycopg.Error as exc:
             raise ConfigError(f"malformed Postgres URL {self.safe_url!r}") from exc
         self._password = str(params.get("password") or "")
-        options = str(params.get("options") or "")
-        params["options"] = f"{options} -c synchronous_commit=on".strip()
+        if not self._transaction_pooling:
+            options = str(params.get("options") or "")
+            params["options"] = f"{options} -c synchronous_commit=on".strip()
         params.setdefault("application_name", "tether-langgraph")
         params.setdefault("connect_timeout", max(2, round(connect_timeout)))
         self._conninfo = make_conninfo("", **params)
@@ -240,6 +251,8 @@ class PostgresRows:
 
     async def open(self, *, private_loop: bool) -> None:
         pool = _Conns(self._conninfo, self._pool_size, self._timeout * 3)
+        prepare = None if self._transaction_pooling else 5
+        pool.prepare_threshold = prepare
         try:  # one connection now: a wrong URL or a server down is an error here
             async with pool.connection():
                 pass
@@ -248,6 +261,7 @@ class PostgresRows:
             raise self._error(exc) from exc
         self._pool = pool
         self._blocking = _BlockingConns(self._conninfo, self._pool_size, self._timeout * 3)
+        self._blocking.prepare_threshold = prepare
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None

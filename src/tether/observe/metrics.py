@@ -293,6 +293,13 @@ class Metrics:
                                         "Requests waiting for a connection of the pool")
             waiting.add_metric([], sum(p["waiting"] for p in pools))
             yield waiting
+            reconnects = CounterMetricFamily(
+                "tether_store_reconnects", "Connections of the store made again after one was "
+                "lost (a restart, a failover), by part: pool, committer, listener",
+                labels=["part"])
+            for part in ("pool", "committer", "listener"):
+                reconnects.add_metric([part], sum(p.get(f"reconnects_{part}", 0) for p in pools))
+            yield reconnects
         for more in self.gauges:
             yield from more()
 

@@ -241,6 +241,9 @@ class StepCommit:
     run: RunRecord | None = None
     """The run as this worker claimed it, if known: a store may build the finished run's
     record from it instead of reading the row back."""
+    lease_ttl: float | None = None
+    """The worker's lease TTL: a store may extend the lease the commit proves (status
+    "running") to its now + lease_ttl."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,8 +388,12 @@ class Store(Protocol):
         expired. Each claim bumps the epoch and the attempt; no run is returned to two
         callers for the same epoch."""
 
-    async def renew_leases(self, worker: str, lease_ttl: float) -> set[str]:
-        """Extend every lease `worker` holds, in one statement; returns the thread_ids held."""
+    async def renew_leases(self, worker: str, lease_ttl: float,
+                           only: Sequence[str] | None = None) -> set[str]:
+        """Extend every lease `worker` holds (of the runs `only` names, if given: those it
+        drives, so that a run it no longer drives expires and is taken over: one a failover
+        to an asynchronous standby gave back to it, say), in one statement; returns the
+        thread_ids held."""
 
     async def release_runs(self, leases: Sequence[Lease]) -> None:
         """Give leased runs back (status queued, lease cleared) so any worker resumes them."""

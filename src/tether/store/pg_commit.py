@@ -128,6 +128,7 @@ class GroupCommitter:
         if is_disconnect(exc):
             writer.lost = True
             writer.cursor = None
+            self._conns.reconnects.lost("committer")
             self._conns.heal()
         return self._conns.error(exc)
 
@@ -217,6 +218,7 @@ class GroupCommitter:
             await pool.check()  # see PgConnections.fetchall
         if conn is None:
             conn = await pool.getconn()
+            self._conns.reconnects.back("committer", conn)
         writer.conn = conn
         writer.cursor = cur = conn.cursor()
         return cur

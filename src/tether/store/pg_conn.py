@@ -12,6 +12,12 @@ flight waits for the next batch, which goes in one pipeline on one connection.
 
 Durability: `synchronous_commit=on` is set on every connection: a commit acknowledged to a
 worker has been flushed to the WAL.
+
+Reconnects (a restart, a failover to a promoted standby, which a multi-host URL with
+target_session_attrs=read-write finds): each part (the pool, the group committer's writers, the
+listener) retries fast (0.1 s first, doubling, at most 1 s apart) and says once per outage
+when it is connected again, and where (Reconnects: one log line, and the count read by
+tether_store_reconnects_total).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import cache
@@ -31,11 +38,13 @@ from psycopg.errors import PipelineAborted, TransactionRollback
 from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool.base import AttemptWithBackoff
 
 from ..config import redact
 from ..errors import ConfigError, StoreError, StoreUnavailable
 from .audit import Audit
 from .migrate import latest, migrations, queries
+from .pg_pooler import pooler_options
 
 log = logging.getLogger("tether.store.postgres")
 
@@ -72,6 +81,66 @@ def is_disconnect(exc: BaseException) -> bool:
         return False
     state = exc.sqlstate
     return state is None or state.startswith("08") or state in {"57P01", "57P02", "57P03"}
+
+
+class FastBackoff(AttemptWithBackoff):
+    """The pool's reconnection attempts: the first after 0.1 s (psycopg_pool waits 1 s, then
+    doubles: 3.4 s into an outage, every lease of a 5 s TTL had expired), at most 1 s apart."""
+
+    INITIAL_DELAY = 0.1
+    MAX_DELAY = 1.0
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, self.MAX_DELAY)
+
+
+PARTS: Final = ("pool", "committer", "listener")
+"""The parts of the store that hold connections, as reconnects name them."""
+
+
+class Reconnects:
+    """Per part of the store: whether it lost its connection, and how many times it got one
+    back. `lost(part)` when a connection fails; `back(part, conn)` when one is made: the
+    first after a loss logs where it connected and how long after, and counts."""
+
+    def __init__(self, safe_url: str) -> None:
+        self.safe_url = safe_url
+        self.count = dict.fromkeys(PARTS, 0)
+        self._since: dict[str, float] = {}
+
+    def lost(self, part: str) -> None:
+        self._since.setdefault(part, time.monotonic())
+
+    def back(self, part: str, conn: Conn) -> None:
+        since = self._since.pop(part, None)
+        if since is None:
+            return
+        self.count[part] += 1
+        try:
+            where = f"{conn.info.host}:{conn.info.port}"
+        except psycopg.Error:
+            where = "?"
+        log.warning("Postgres %s reconnected to %s (%s) %.2f s after its connection was lost",
+                    part, where, self.safe_url, time.monotonic() - since)
+
+
+class _Pool(AsyncConnectionPool[Conn]):
+    """The pool, with FastBackoff and its reconnects counted (psycopg_pool's own hooks,
+    _add_connection and _connect, with their signatures of psycopg_pool 3.2 and 3.3)."""
+
+    reconnects: Reconnects | None = None
+
+    async def _add_connection(self, attempt: AttemptWithBackoff | None,
+                              growing: bool = False) -> None:
+        await super()._add_connection(attempt or FastBackoff(timeout=self.reconnect_timeout),
+                                      growing)
+
+    async def _connect(self, timeout: float | None = None) -> Conn:
+        conn = await super()._connect(timeout)
+        if self.reconnects is not None:
+            self.reconnects.back("pool", conn)
+        return conn
 
 
 _POOL_OPTIONS: Final = ("pool_min", "pool_max", "pool_timeout")
@@ -134,21 +203,28 @@ class PgConnections:
             raise ConfigError("max_size (pool_max) must be at least 2 (a writer holds one "
                               "connection)")
         pool_timeout = pool.get("pool_timeout", pool_timeout)
-        try:
-            params = conninfo_to_dict("postgresql://" + rest)  # libpq knows no "+psycopg"
-        except psycopg.Error as exc:
-            raise ConfigError(f"malformed Postgres URL {self.safe_url!r}") from exc
-        self._password = str(params.get("password") or "")
-        options = str(params.get("options") or "")
-        params["options"] = f"{options} -c synchronous_commit={synchronous_commit}".strip()
-        params.setdefault("application_name", "tether")
-        params.setdefault("connect_timeout", max(2, round(connect_timeout)))
-        # Find a dead peer (no FIN, e.g. a failed-over host) in seconds, not hours.
-        params.setdefault("keepalives", 1)
-        params.setdefault("keepalives_idle", 10)
-        params.setdefault("keepalives_interval", 5)
-        params.setdefault("keepalives_count", 3)
-        self._conninfo = make_conninfo("", **params)
+        rest, pool_mode, listen_url = pooler_options(rest, self.safe_url)  # (pg_pooler.py)
+        self.transaction_pooling = pool_mode == "transaction"
+        if self.transaction_pooling and synchronous_commit != "on":
+            raise ConfigError("through transaction pooling (pool_mode=transaction) "
+                              "synchronous_commit is the server's: set it there (ALTER ROLE "
+                              "... SET synchronous_commit), not in tether")
+        self._passwords: list[str] = []  # masked in messages (the URL's, listen_url's)
+        self._conninfo = self._conninfo_of(rest, None if self.transaction_pooling
+                                           else synchronous_commit, connect_timeout)
+        self._listen_conninfo = self._conninfo
+        if listen_url is not None:
+            scheme, sep, listen_rest = listen_url.partition("://")
+            if scheme.lower() not in _SCHEMES or not sep:
+                raise ConfigError(f"malformed listen_url {redact(listen_url)!r}: expected "
+                                  "postgresql://user@host:port/db")
+            self._listen_conninfo = self._conninfo_of(listen_rest, synchronous_commit,
+                                                      connect_timeout)
+        # No server-side prepared statements through transaction pooling: one prepared on
+        # one server connection does not exist on the next.
+        self._kwargs: dict[str, Any] = {"autocommit": True}
+        if self.transaction_pooling:
+            self._kwargs["prepare_threshold"] = None
         self.min_size = max(1, min(min_size, max_size))
         self.max_size = max_size
         self.connect_timeout = connect_timeout
@@ -160,20 +236,43 @@ class PgConnections:
         self._reads: deque[_ReadJob] = deque()
         self._reader: asyncio.Task[None] | None = None
         self._reading = False  # a hot read is in flight
+        self.reconnects = Reconnects(self.safe_url)
+
+    def _conninfo_of(self, rest: str, synchronous_commit: str | None,
+                     connect_timeout: float) -> str:
+        try:
+            params = conninfo_to_dict("postgresql://" + rest)  # libpq knows no "+psycopg"
+        except psycopg.Error as exc:
+            raise ConfigError(f"malformed Postgres URL {redact('postgresql://' + rest)!r}"
+                              ) from exc
+        if params.get("password"):
+            self._passwords.append(str(params["password"]))
+        if synchronous_commit is not None:  # (PgBouncer refuses the options parameter)
+            options = str(params.get("options") or "")
+            params["options"] = f"{options} -c synchronous_commit={synchronous_commit}".strip()
+        params.setdefault("application_name", "tether")
+        params.setdefault("connect_timeout", max(2, round(connect_timeout)))
+        # Find a dead peer (no FIN, e.g. a failed-over host) in seconds, not hours.
+        params.setdefault("keepalives", 1)
+        params.setdefault("keepalives_idle", 10)
+        params.setdefault("keepalives_interval", 5)
+        params.setdefault("keepalives_count", 3)
+        return make_conninfo("", **params)
 
     # -- errors ----------------------------------------------------------------------------
 
     def message(self, exc: BaseException) -> str:
         """The driver error's text, one line, the password masked."""
         text = str(exc).strip() or type(exc).__name__
-        if self._password:
-            text = text.replace(self._password, "***")
+        for password in self._passwords:
+            text = text.replace(password, "***")
         return text.replace("\n", " ").replace("\t", " ")
 
     def error(self, exc: BaseException) -> StoreError:
         """The store-edge translation of a driver error, chained to it."""
         err: StoreError
         if is_disconnect(exc):
+            self.reconnects.lost("pool")
             err = StoreUnavailable(
                 f"Postgres at {self.safe_url} is unavailable: {self.message(exc)}"
             )
@@ -185,8 +284,9 @@ class PgConnections:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def connect(self) -> Conn:
-        """A connection of its own, outside the pool (the caller closes it)."""
-        return await AsyncConnection.connect(self._conninfo, autocommit=True)
+        """The listener's connection, outside the pool (the caller closes it): on listen_url
+        when one is given (pg_pooler.py)."""
+        return await AsyncConnection.connect(self._listen_conninfo, autocommit=True)
 
     @property
     def is_open(self) -> bool:
@@ -194,15 +294,16 @@ class PgConnections:
 
     async def open(self) -> None:
         """Open the pool, its minimum of connections made. Raises StoreUnavailable."""
-        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+        pool = _Pool(
             self._conninfo,
-            kwargs={"autocommit": True},
+            kwargs=self._kwargs,
             min_size=self.min_size,
             max_size=self.max_size,
             timeout=self.pool_timeout,
             name="tether",
             open=False,
         )
+        pool.reconnects = self.reconnects
         try:
             await pool.open(wait=True, timeout=self.connect_timeout + 1.0)
         except (psycopg.Error, OSError) as exc:
@@ -239,8 +340,11 @@ class PgConnections:
         except RuntimeError:  # its counters changed size while copied: the next scrape
             return {}
         size, idle = stats.get("pool_size", 0), stats.get("pool_available", 0)
-        return {"in_use": max(0, size - idle), "idle": idle, "max": stats.get("pool_max", 0),
-                "waiting": stats.get("requests_waiting", 0)}
+        out = {"in_use": max(0, size - idle), "idle": idle, "max": stats.get("pool_max", 0),
+               "waiting": stats.get("requests_waiting", 0)}
+        for part, n in self.reconnects.count.items():
+            out[f"reconnects_{part}"] = n
+        return out
 
     def pool(self) -> AsyncConnectionPool[Conn]:
         """The open pool; StoreError if the store is not open."""
@@ -362,6 +466,7 @@ class PgConnections:
         """After a lost connection, test the pooled idle ones in the background (check()
         takes them all out of the pool at once, so no later caller gets a dead one)."""
         pool, healer = self._pool, self._healer
+        self.reconnects.lost("pool")
         if pool is not None and (healer is None or healer.done()):
             self._healer = asyncio.create_task(pool.check(), name="tether-pg-pool-check")
 

@@ -23,7 +23,7 @@ log = logging.getLogger("tether.store.postgres")
 
 CHANNEL: Final = "tether_work"
 EFFECTS_CHANNEL: Final = "tether_effects"
-_BACKOFF_MIN, _BACKOFF_MAX = 0.2, 10.0
+_BACKOFF_MIN, _BACKOFF_MAX = 0.1, 1.0  # (see FastBackoff in pg_conn.py)
 
 
 class Listener:
@@ -85,10 +85,12 @@ class Listener:
                     conn = await self._connect()
                     # Notifications sent while we were away are lost: assume work is waiting.
                     self._events[CHANNEL].set()
+                    self._events[EFFECTS_CHANNEL].set()
                     backoff = _BACKOFF_MIN
-                    log.info("listening on %s again", safe_url)
+                    self._conns.reconnects.back("listener", conn)
                 await self._pump(conn)
             except Exception as exc:  # the listener must outlive any single failure
+                self._conns.reconnects.lost("listener")
                 log.warning("LISTEN connection to %s failed (%s); reconnecting in %.1f s",
                             safe_url, self._conns.message(exc), backoff)
             finally:

@@ -8,8 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+import orjson
+
 from ..errors import DuplicateEffectKey, EffectError, LeaseLost, RunNotFound
-from .base import NewRun, StepCommit
+from .base import SLEEP_CALL, Lease, NewRun, Park, StepCommit
 from .pg_conn import BEGIN, Conn, Params, TxBody
 from .plan import StepWakes
 
@@ -33,7 +35,29 @@ def step_params(commit: StepCommit) -> Params:
         "status": commit.status,
         "wake_at": commit.wake_at,
         "waiting_for": commit.waiting_for,
+        "ttl": commit.lease_ttl,
     }
+
+
+def park_params(lease: Lease, park: Park) -> Params:
+    """park_run's parameters (the children it spawns included)."""
+    waiting = park.kind != "sleep"
+    params: Params = {
+        "thread_id": lease.thread_id,
+        "epoch": lease.epoch,
+        "status": "waiting" if waiting else "sleeping",
+        "waiting_for": park.kind if waiting else None,
+        "seconds": None if waiting else park.seconds,
+        "kind": park.kind,
+        "step": park.step,
+        "idx": park.idx,
+        "interrupt_id": park.interrupt_id,
+        "payload": park.payload,
+        "sleep_name": SLEEP_CALL,
+        "timer": None if waiting else orjson.dumps(park.seconds),
+    }
+    add_children(params, park.spawn)
+    return params
 
 
 def add_children(params: Params, children: Sequence[NewRun]) -> None:
@@ -100,15 +124,18 @@ def step_transaction(q: dict[str, bytes], commit: StepCommit, wakes: StepWakes
             if not applied:
                 await conn.execute(q["wake_after_commit"], wake)
                 await conn.execute(b"COMMIT")
-        if c_taken is not None and (taken := await c_taken.fetchall()):
-            raise DuplicateEffectKey(
-                f"run {tid!r}: effect key {taken[0][0]!r} was already used "
-                "in this run; explicit effect keys must be unique within a run")
+        # The lease first: a worker that lost the race for this step to the run's new
+        # holder finds the effect keys that holder wrote; that is a lost lease, not a key
+        # used twice by the run's own code.
         locked = {r[0]: r for r in await c_lock.fetchall()}
         own = locked.get(tid)
         lost = LeaseLost(f"run {tid!r}: lease lost; step {commit.step} not committed")
         if own is None or own[1] != params["epoch"] or own[2] != "running":
             raise lost
+        if c_taken is not None and (taken := await c_taken.fetchall()):
+            raise DuplicateEffectKey(
+                f"run {tid!r}: effect key {taken[0][0]!r} was already used "
+                "in this run; explicit effect keys must be unique within a run")
         if missing := [r for r in direct if r not in locked]:
             raise RunNotFound(f"run {tid!r} sent a message to unknown thread_id "
                               f"{missing[0]!r}")

@@ -21,15 +21,13 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-import orjson
 from psycopg.rows import TupleRow
 
-from ..errors import LeaseLost, RunConflict, RunNotFound, SchemaError
+from ..errors import LeaseLost, RunConflict, RunNotFound, SchemaError, StoreUnavailable
 from .base import (
     COMPENSATION_STEP,
     INTERRUPT_CALL,
     RUN_COLUMNS,
-    SLEEP_CALL,
     TERMINAL,
     Audit,
     AuditRecord,
@@ -56,7 +54,8 @@ from .pg_conn import BEGIN, Conn, Params, PgConnections
 from .pg_deploy import PgDeployments
 from .pg_listen import CHANNEL, EFFECTS_CHANNEL, Listener
 from .pg_retention import PgRetention
-from .pg_steps import add_children, step_params, step_transaction
+from .pg_settle import settle_call, settle_create, settle_park, settle_resume, settle_step
+from .pg_steps import add_children, park_params, step_params, step_transaction
 from .plan import FINISH, FULL, RELEASE, SPAWN, step_kind, step_wakes, wakes_workers
 from .rows import finished_run, mail_refused, new_run_params, same_run
 from .sessions import PgSessionsPart
@@ -170,8 +169,9 @@ class PostgresStore(PgSessionsPart):
         # Through the writer: concurrent starts are group-committed like steps (an audited
         # one is its own transaction, with its audit row).
         if audit is None:
-            row = await self._committer.write(self._q["create_run"], new_run_params(new, lease),
-                                              new.thread_id)
+            params = new_run_params(new, lease)
+            row = await settle_create(self._conns, lambda: self._committer.write(
+                self._q["create_run"], params, new.thread_id), new)
         else:
             rows = await self._conns.audited(self._q["create_run"], new_run_params(new, lease), audit,
                                        lambda rows: bool(rows and rows[0][0]))
@@ -225,8 +225,10 @@ class PostgresStore(PgSessionsPart):
                   "ttl": float(lease_ttl)}
         return [_run(r) for r in await self._conns.fetchall(self._q["claim_runs"], params)]
 
-    async def renew_leases(self, worker: str, lease_ttl: float) -> set[str]:
-        params = {"worker": worker, "ttl": float(lease_ttl)}
+    async def renew_leases(self, worker: str, lease_ttl: float,
+                           only: Sequence[str] | None = None) -> set[str]:
+        params = {"worker": worker, "ttl": float(lease_ttl),
+                  "only": None if only is None else list(only)}
         rows = await self._conns.fetchall(self._q["renew_leases"], params, idempotent=True)
         return {r[0] for r in rows}
 
@@ -273,7 +275,12 @@ class PostgresStore(PgSessionsPart):
     ) -> None:
         params = {"thread_id": lease.thread_id, "epoch": lease.epoch, "step": step, "idx": idx,
                   "name": name, "result": result}
-        if not await self._committer.write(self._q["insert_journal"], params, lease.thread_id):
+        try:
+            row = await self._committer.write(self._q["insert_journal"], params, lease.thread_id)
+        except StoreUnavailable as lost:  # its reply lost: read back (pg_settle.py)
+            row = await settle_call(self._conns, lambda: self._committer.write(
+                self._q["insert_journal"], params, lease.thread_id), lease.thread_id, step, idx, lost)
+        if not row:
             raise LeaseLost(f"run {lease.thread_id!r}: lease lost before journaling call {idx}")
 
     async def load_journal(self, thread_id: str, step: int) -> list[JournalRecord]:
@@ -291,7 +298,8 @@ class PostgresStore(PgSessionsPart):
         if kind is FULL:
             wakes = step_wakes(commit)
             body, commits = step_transaction(self._q, commit, wakes)
-            await self._conns.transaction(body, body_commits=commits)
+            await settle_step(self._conns,
+                              lambda: self._conns.transaction(body, body_commits=commits), commit)
             if wakes.workers:
                 self.work_available.set()
             if wakes.dispatchers:
@@ -308,7 +316,12 @@ class PostgresStore(PgSessionsPart):
         else:
             query = self._q["commit_step"]
         lease = commit.lease
-        row = await self._committer.write(query, params, lease.thread_id)
+        write = self._committer.write
+        try:  # (the hot path: the write itself, no wrapper)
+            row = await write(query, params, lease.thread_id)
+        except StoreUnavailable as lost:  # its reply lost: read back (pg_settle.py)
+            row = await settle_step(self._conns, lambda: write(query, params, lease.thread_id),
+                                    commit, release=kind is RELEASE, lost=lost)
         if not row:
             raise LeaseLost(
                 f"run {lease.thread_id!r}: lease lost; step {commit.step} not committed"
@@ -358,26 +371,12 @@ class PostgresStore(PgSessionsPart):
             self.effects_available.set()
 
     async def park_run(self, lease: Lease, park: Park) -> None:
-        waiting = park.kind != "sleep"
-        params: Params = {
-            "thread_id": lease.thread_id,
-            "epoch": lease.epoch,
-            "status": "waiting" if waiting else "sleeping",
-            "waiting_for": park.kind if waiting else None,
-            "seconds": None if waiting else park.seconds,
-            "kind": park.kind,
-            "step": park.step,
-            "idx": park.idx,
-            "interrupt_id": park.interrupt_id,
-            "payload": park.payload,
-            "sleep_name": SLEEP_CALL,
-            "timer": None if waiting else orjson.dumps(park.seconds),
-        }
-        add_children(params, park.spawn)
+        params = park_params(lease, park)
         lost = f"run {lease.thread_id!r}: lease lost; not parked"
         if park.kind != "join":
             # One fenced statement: group-committed with the other writes in flight.
-            if await self._committer.write(self._q["park_run"], params, lease.thread_id) is None:
+            if await settle_park(self._conns, lambda: self._committer.write(
+                    self._q["park_run"], params, lease.thread_id), lease) is None:
                 raise LeaseLost(lost)
         else:
             q, joined = self._q, {"thread_id": lease.thread_id, "children": list(park.children)}
@@ -479,7 +478,8 @@ class PostgresStore(PgSessionsPart):
         # One statement, group-committed: concurrent resumes of many runs share a commit;
         # two answers to one interrupt in one batch see each other (the second finds none).
         if audit is None:
-            row = await self._committer.write(self._q["resume_interrupt"], params, thread_id)
+            row = await settle_resume(self._conns, lambda: self._committer.write(
+                self._q["resume_interrupt"], params, thread_id), thread_id, value, interrupt_id)
         else:
             rows = await self._conns.audited(self._q["resume_interrupt"], params, audit, bool)
             row = rows[0] if rows else None

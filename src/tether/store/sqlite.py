@@ -210,9 +210,9 @@ class SQLiteStore(SQLiteSessionsPart):
         rows = await self._w(lambda c: c.execute(q, params).fetchall())
         return [_run(r) for r in rows]
 
-    async def renew_leases(self, worker: str, lease_ttl: float) -> set[str]:
-        q = self._q["renew_leases"]
-        rows = await self._w(lambda c: c.execute(q, {"worker": worker, "ttl": lease_ttl}).fetchall())
+    async def renew_leases(self, worker: str, lease_ttl: float, only: Sequence[str] | None=None) -> set[str]:
+        ids, q = None if only is None else orjson.dumps(list(only)).decode(), self._q["renew_leases"]
+        rows = await self._w(lambda c: c.execute(q, dict(worker=worker, ttl=lease_ttl, only=ids)).fetchall())
         return {r[0] for r in rows}
 
     async def release_runs(self, leases: Sequence[Lease]) -> None:

@@ -33,6 +33,11 @@ def step_job(q: dict[str, str], commit: StepCommit, cp: tuple[Any, ...], wakes: 
     effects = commit.effects
 
     def job(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
+        # The fence first: a commit that lost the race for this step finds the effect keys
+        # the run's new holder wrote, and that is a lost lease, not a key used twice.
+        rows = conn.execute(q["commit_run"], run_params).fetchall()
+        if not rows:
+            return None
         if effects:
             keys = orjson.dumps([e.key for e in effects]).decode()
             taken = conn.execute(q["effect_keys_taken"],
@@ -41,9 +46,6 @@ def step_job(q: dict[str, str], commit: StepCommit, cp: tuple[Any, ...], wakes: 
                 raise DuplicateEffectKey(
                     f"run {lease.thread_id!r}: effect key {taken[0][0]!r} was already used "
                     "in this run; explicit effect keys must be unique within a run")
-        rows = conn.execute(q["commit_run"], run_params).fetchall()
-        if not rows:
-            return None
         conn.execute(q["insert_checkpoint"], cp)
         _write_extras(q, conn, commit, wakes, rows[0][_PARENT] is not None)
         return tuple(rows[0])

@@ -124,6 +124,7 @@ RETURNING {{run_columns}};
 WITH held AS (
     SELECT thread_id FROM runs
     WHERE lease_owner = %(worker)s AND status = 'running'
+      AND (%(only)s::text[] IS NULL OR thread_id = ANY(%(only)s::text[]))
     ORDER BY thread_id
     FOR NO KEY UPDATE
 )

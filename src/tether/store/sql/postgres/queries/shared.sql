@@ -22,15 +22,26 @@ thread_id, step, node, next_node, kind, data, worker, attempt, started_at, finis
 -- fragment: step_update
 -- The step commits of one run (commit_step, commit_step_notify, commit_step_wake,
 -- commit_step_tx) share these two: the run moved past the step, fenced by the epoch (u), and
--- the step's checkpoint, only if u matched (each adds its own RETURNING).
+-- the step's checkpoint, only if u matched (each adds its own RETURNING). A run that stays
+-- running has its lease extended to now + ttl when less than half of ttl is left (the commit
+-- proves the lease: a worker whose heartbeat lags keeps it); above that it is left as it is,
+-- so the hot path's update stays HOT (no index holds a column it changes). Fenced by the
+-- epoch and by the step: a commit lost in a failover to an asynchronous standby (the tail it
+-- had not received) leaves the run a step behind its worker, whose next commit then matches
+-- nothing (LeaseLost) instead of leaving a gap in the checkpoint log.
     UPDATE runs
     SET step = %(step)s, node = %(next_node)s, status = %(status)s,
         attempt = CASE WHEN %(status)s = 'running' THEN 1 ELSE 0 END, failures = 0,
         wake_at = %(wake_at)s, waiting_for = %(waiting_for)s,
         lease_owner = CASE WHEN %(status)s = 'running' THEN lease_owner END,
-        lease_expires_at = CASE WHEN %(status)s = 'running' THEN lease_expires_at END,
+        lease_expires_at = CASE WHEN %(status)s = 'running' THEN
+            CASE WHEN lease_expires_at < extract(epoch FROM clock_timestamp())::float8
+                                         + %(ttl)s::float8 / 2
+                 THEN extract(epoch FROM clock_timestamp())::float8 + %(ttl)s::float8
+                 ELSE lease_expires_at END END,
         updated_at = extract(epoch FROM clock_timestamp())::float8
     WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status || '' = 'running'
+      AND step = %(step)s - 1  -- the step after the run's last: never a gap in its log
 
 -- fragment: step_checkpoint
     INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,

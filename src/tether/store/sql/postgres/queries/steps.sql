@@ -63,11 +63,11 @@ ORDER BY i.n;
 WITH x AS (
     SELECT r.thread_id, r.epoch, r.step, r.node, r.next_node, r.kind,
            convert_to(r.data, 'UTF8') AS data, r.worker, r.attempt, r.started_at,
-           r.finished_at, r.status, r.wake_at, r.waiting_for
+           r.finished_at, r.status, r.wake_at, r.waiting_for, r.ttl
     FROM json_to_recordset(%(rows)s::json)
         AS r(thread_id text, epoch bigint, step bigint, node text, next_node text, kind text,
              data text, worker text, attempt int, started_at float8, finished_at float8,
-             status text, wake_at float8, waiting_for text)
+             status text, wake_at float8, waiting_for text, ttl float8)
 ),
 f AS MATERIALIZED (
     -- Each row's run found by primary key, one lookup per row (OFFSET 0 keeps it so), and
@@ -76,6 +76,7 @@ f AS MATERIALIZED (
     SELECT x.*, l.rid
     FROM x, LATERAL (SELECT ctid AS rid FROM runs
                      WHERE thread_id = x.thread_id AND epoch = x.epoch AND status || '' = 'running'
+                       AND step = x.step - 1  -- (see fragment step_update)
                      OFFSET 0) AS l
 ),
 u AS (
@@ -84,11 +85,15 @@ u AS (
         attempt = CASE WHEN f.status = 'running' THEN 1 ELSE 0 END, failures = 0,
         wake_at = f.wake_at, waiting_for = f.waiting_for,
         lease_owner = CASE WHEN f.status = 'running' THEN runs.lease_owner END,
-        lease_expires_at = CASE WHEN f.status = 'running' THEN runs.lease_expires_at END,
+        lease_expires_at = CASE WHEN f.status = 'running' THEN  -- see fragment step_update
+            CASE WHEN runs.lease_expires_at < extract(epoch FROM clock_timestamp())::float8
+                                              + f.ttl / 2
+                 THEN extract(epoch FROM clock_timestamp())::float8 + f.ttl
+                 ELSE runs.lease_expires_at END END,
         updated_at = extract(epoch FROM clock_timestamp())::float8
     FROM f
     WHERE runs.ctid = ANY (ARRAY(SELECT rid FROM f)) AND runs.ctid = f.rid
-      AND runs.epoch = f.epoch AND runs.status || '' = 'running'
+      AND runs.epoch = f.epoch AND runs.status || '' = 'running' AND runs.step = f.step - 1
     RETURNING runs.thread_id, runs.updated_at
 ),
 c AS (

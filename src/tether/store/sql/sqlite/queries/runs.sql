@@ -101,6 +101,7 @@ SELECT EXISTS (SELECT 1 FROM runs
 -- One statement renews every lease a worker holds.
 UPDATE runs SET lease_expires_at = (julianday('now') - 2440587.5) * 86400.0 + :ttl
 WHERE lease_owner = :worker AND status = 'running'
+  AND (:only IS NULL OR thread_id IN (SELECT value FROM json_each(:only)))
 RETURNING thread_id;
 
 -- name: release_run
