@@ -34,9 +34,11 @@ def migrate(db: str | None, app: str | None, verbose: bool, as_json: bool) -> in
     return run(main(), verbose)
 
 
-@cli.command("demo", short_help="the lesson's scenarios end to end on embedded SQLite",
-             help="The lesson's scenarios end to end on embedded SQLite. PART: crash, queue, "
-                  "hitl, effect, async, deploy (default: all).")
+@cli.command("demo", short_help="crash recovery, actors, HITL, effects, async: end to end on SQLite",
+             help="Durable execution shown end to end on embedded SQLite: a crash mid-step, "
+                  "a queue of actors, a person in the loop, an effect done once, asyncio "
+                  "against threads, two versions at once. PART: crash, queue, hitl, effect, "
+                  "async, deploy (default: all).")
 @click.argument("parts", nargs=-1, metavar="[PART]...")
 def demo(parts: tuple[str, ...]) -> int:
     async def main() -> int:
