@@ -152,7 +152,7 @@ async def test_the_overview_says_what_needs_a_person(db_url: str) -> None:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                      base_url="http://127.0.0.1") as c:
             page = (await c.get("/ui")).text
-        assert ("v1 has 1 open runs and no live worker" in page
-                or "runs of v1 are stranded" in page), page[:3000]
+        assert ("v1 has 1 open run and no live worker" in page
+                or "1 run of v1 is stranded" in page), page[:3000]
     finally:
         await other.close()

@@ -25,6 +25,7 @@ from ._common import (
 )
 from ._root import cli
 from .runs import runs
+from .worker import plural
 
 # `deploy status --check` exits with this when a run is stranded (2 is an error of ours).
 STRANDED = 1
@@ -89,7 +90,8 @@ def status(check: bool, db: str | None, app: str | None, verbose: bool, as_json:
             _table(found)
         stranded = sum(d.stranded for d in found)
         if stranded and not as_json:
-            print(f"{stranded} runs are stranded: start a worker of their version, or move "
+            print(f"{plural(stranded, 'run')} {'is' if stranded == 1 else 'are'} stranded: "
+                  "start a worker of their version, or move "
                   "the parked ones with `tether runs upgrade --from OLD --to NEW`")
         return STRANDED if check and stranded else 0
 
@@ -206,7 +208,7 @@ def upgrade(from_: str, to: str, threads: tuple[str, ...], dry_run: bool, skip_r
         for t, why in up.refused:
             print(f"refused {t}: {why}")
         if up.applied:
-            print(f"{len(up.moved)} runs moved from {from_} to {to}")
+            print(f"{plural(len(up.moved), 'run')} moved from {from_} to {to}")
         elif dry_run:
             print(f"dry run: {len(up.planned)} would move, {len(up.refused)} refused")
         elif up.refused:

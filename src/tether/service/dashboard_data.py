@@ -259,14 +259,15 @@ def attention(deployments: list[Any], dead: int, pending: list[Any], sample: lis
     out: list[tuple[str, str]] = []
     for d in deployments:
         if d.stranded:
-            out.append(("/ui/deployments", f"{d.stranded} runs of {d.version} are stranded: no "
-                        "live worker of their version can resume them"))
+            out.append(("/ui/deployments", f"{_n(d.stranded, 'run')} of {d.version} "
+                        f"{'is' if d.stranded == 1 else 'are'} stranded: no live worker of "
+                        "their version can resume them"))
         elif d.open and not d.workers and d.state != "retired":
-            out.append(("/ui/deployments", f"{d.version} has {d.open} open runs and no live "
-                        "worker: start a worker of it, or move its parked runs"))
+            out.append(("/ui/deployments", f"{d.version} has {_n(d.open, 'open run')} and no "
+                        "live worker: start a worker of it, or move its parked runs"))
     if dead:
-        out.append(("/ui/effects", f"{dead} effects are dead: retry them once the cause is "
-                    "fixed"))
+        out.append(("/ui/effects", f"{_n(dead, 'effect')} {'is' if dead == 1 else 'are'} dead: "
+                    "retry once the cause is fixed"))
     finished = [r for r in sample if r.status.terminal and r.status != RunStatus.CANCELLED]
     failed = sum(r.status == RunStatus.FAILED for r in finished)
     if len(finished) >= 10 and failed / len(finished) > FAILURE_ALERT:
@@ -275,8 +276,13 @@ def attention(deployments: list[Any], dead: int, pending: list[Any], sample: lis
     if pending:
         oldest = min(pending, key=lambda i: i.created_at)
         out.append(("/ui/interrupts", f"a person has been asked for {_waited(now - oldest.created_at)}"
-                    f" (run {oldest.thread_id}); {len(pending)} interrupts wait"))
+                    f" (run {oldest.thread_id}); {_n(len(pending), 'interrupt')} "
+                    f"{'waits' if len(pending) == 1 else 'wait'}"))
     return out
+
+
+def _n(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
 def _waited(seconds: float) -> str:
