@@ -158,14 +158,10 @@ class _PgClones:
                 self._errors.append(exc)
 
     def close(self) -> None:
-        from psycopg import sql
-
+        """Stops recycling. The clones are dropped by the runner after the last worker, all
+        at once: concurrent DROP DATABASEs share the checkpoint each one waits for."""
         self._dirty.put(None)
         self._recycler.join(timeout=60)
-        with self._connect(self.server) as conn:
-            for name in self._made:
-                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                    sql.Identifier(name)))
 
 
 _clones: _PgClones | None = None
