@@ -154,11 +154,24 @@ def _pg_cleanup(server: str, template: str) -> None:
     # Clones first (a template cannot be dropped while a clone is being made of it: none is
     # by now), all at once: each DROP waits for a checkpoint, and concurrent ones share it.
     clones = [n for n in names if n != template]
-    with ThreadPoolExecutor(max_workers=max(1, len(clones))) as pool:
-        list(pool.map(lambda n: _pg_exec(server, "DROP DATABASE IF EXISTS {} WITH (FORCE)", n),
-                      clones))
+    with ThreadPoolExecutor(max_workers=max(1, min(4, len(clones)))) as pool:
+        list(pool.map(lambda n: _drop(server, n), clones))
     if template in names:
-        _pg_exec(server, "DROP DATABASE IF EXISTS {} WITH (FORCE)", template)
+        _drop(server, template)
+
+
+def _drop(server: str, name: str) -> None:
+    """DROP DATABASE, retried for a minute while the server has no connection to spare."""
+    import psycopg
+
+    for attempt in range(60):
+        try:
+            _pg_exec(server, "DROP DATABASE IF EXISTS {} WITH (FORCE)", name)
+            return
+        except psycopg.OperationalError:
+            if attempt == 59:
+                raise
+            time.sleep(1)
 
 
 def run_one(checkpointer: str, src: Path, work: Path, env: dict[str, str],
@@ -246,14 +259,16 @@ def main(argv: list[str] | None = None) -> int:
         results = [run_one(f"tether-{s}", src, work, env, pytest_args) for s in stores]
         results += [run_one(r, src, work, env, pytest_args) for r in args.reference]
     finally:
-        if pg_made:
-            start = time.monotonic()
-            _pg_cleanup(args.pg, template)
-            print(f"Postgres test databases dropped in {time.monotonic() - start:.1f} s")
-        if args.keep:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        try:
+            if pg_made:
+                start = time.monotonic()
+                _pg_cleanup(args.pg, template)
+                print(f"Postgres test databases dropped in {time.monotonic() - start:.1f} s")
+        finally:
+            if args.keep:
+                print(f"kept {work}")
+            else:
+                shutil.rmtree(work, ignore_errors=True)
     for r in results:
         for name in r.failures:
             print(f"FAILED [{r.checkpointer}] {name}")

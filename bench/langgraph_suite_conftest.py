@@ -25,6 +25,7 @@ import os
 import queue
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -138,9 +139,16 @@ class _PgClones:
         from psycopg import sql
 
         name = f"{self.template}_{os.getpid()}_{len(self._made)}"
-        with self._connect(self.server) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(self.template)))
+        for attempt in range(30):  # a server shared with other jobs may have no slot to spare
+            try:
+                with self._connect(self.server) as conn:
+                    conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                        sql.Identifier(name), sql.Identifier(self.template)))
+                break
+            except self._psycopg.OperationalError:
+                if attempt == 29:
+                    raise
+                time.sleep(1)
         self._made.append(name)
         return name
 
