@@ -9,8 +9,8 @@ without docker (NO_DOCKER: in-memory store and caches), except `sync_checkpointe
 - `tether-sqlite`: TetherSaver on a SQLite file per test, copied from the migrated file
   TETHER_LGS_SQLITE_TEMPLATE;
 - `tether-postgres`: TetherSaver on a Postgres database per test, cloned from the migrated
-  database TETHER_LGS_PG_TEMPLATE on the server TETHER_LGS_PG (a thread keeps a few clones
-  ready and drops used ones in the background, so a test waits for neither);
+  database TETHER_LGS_PG_TEMPLATE on the server TETHER_LGS_PG, or a used clone emptied
+  again by TRUNCATE (_PgClones);
 - `memory`, `sqlite`: LangGraph's own InMemorySaver (the variant LangGraph's suite asserts
   immutability with) and SqliteSaver / AsyncSqliteSaver, for reference.
 
