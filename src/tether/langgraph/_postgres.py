@@ -272,7 +272,11 @@ class PostgresRows:
             await pool.close()
 
     async def migrate(self) -> None:
+        from ..store.migrate import latest
         from ..store.postgres import PostgresStore
+
+        if await self._applied() >= latest("postgres"):
+            return  # up to date: no second connection, no migration lock (a saver per request)
 
         store = PostgresStore(self.url, min_size=1, max_size=2)
         await store.open(check_schema=False)
@@ -280,6 +284,14 @@ class PostgresRows:
             await store.migrate()
         finally:
             await store.close()
+
+    async def _applied(self) -> int:
+        """The last tether migration applied to the database (0: none)."""
+        found = await self._exec("schema_table", {})
+        if not (found and found[0][0]):
+            return 0
+        rows = await self._exec("schema_applied", {})
+        return int(rows[0][0]) if rows else 0
 
     # -- plumbing --------------------------------------------------------------------------
 

@@ -3,6 +3,12 @@
 -- has a fixed text whatever the number of keys. Each statement runs alone in autocommit
 -- unless said otherwise: one statement is one atomic write.
 
+-- name: schema_table
+SELECT to_regclass('schema_version') IS NOT NULL;
+
+-- name: schema_applied
+SELECT coalesce(max(version), 0) FROM schema_version;
+
 -- name: put_checkpoint
 -- A checkpoint and the blobs of the channel versions it introduces, atomically. A blob whose
 -- version is stored already is kept (the first value stored for a version wins). A delta blob
