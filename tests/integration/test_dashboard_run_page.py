@@ -156,3 +156,22 @@ async def test_the_overview_says_what_needs_a_person(db_url: str) -> None:
                 or "1 run of v1 is stranded" in page), page[:3000]
     finally:
         await other.close()
+
+
+async def test_an_answer_in_the_inbox_moves_on_to_the_next_question(db_url: str) -> None:
+    rt = make_runtime(db_url, *agents())
+    async with inprocess.working(rt):
+        first, second = await rt.start("talk", {}), await rt.start("talk", {})
+        for r in (first, second):
+            await rt.wait(r.thread_id, timeout=WAIT, until="waiting")
+        app = create_app(rt)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://127.0.0.1") as c:
+            _, post = await form_poster(c, "/ui/interrupts")
+            for run, where in ((first, "/ui/interrupts?done=resumed"),
+                               (second, f"/ui/runs/{second.thread_id}?done=resumed")):
+                pending = (await rt.interrupts(thread_id=run.thread_id))[0]
+                r = await post("/ui/interrupts/resume", thread_id=run.thread_id,
+                               interrupt_id=pending.id, value="true", back="inbox")
+                # Another question waits: back to the inbox; the last one: to its run.
+                assert r.status_code == 303 and r.headers["location"] == where

@@ -521,6 +521,8 @@ def dashboard_router(
             raise Refused(409 if isinstance(exc, InvalidState) else 400,
                           f"{exc}. Nothing was answered.") from None
         record(request, "resume", thread_id=tid, interrupt_id=iid)
+        if fields.get("back") == "inbox" and await runtime.interrupts(limit=1):
+            return done(request, "/ui/interrupts", "resumed")  # on to the next question
         return done(request, f"/ui/runs/{quote(tid, safe='')}", "resumed")
 
     async def do_retry(request: Request, fields: dict[str, str]) -> Response:
