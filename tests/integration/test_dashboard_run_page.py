@@ -175,3 +175,21 @@ async def test_an_answer_in_the_inbox_moves_on_to_the_next_question(db_url: str)
                                interrupt_id=pending.id, value="true", back="inbox")
                 # Another question waits: back to the inbox; the last one: to its run.
                 assert r.status_code == 303 and r.headers["location"] == where
+
+
+async def test_a_bad_filter_keeps_the_form_as_typed_with_its_error(db_url: str) -> None:
+    rt = make_runtime(db_url, *agents())
+    try:
+        app = create_app(rt)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://127.0.0.1") as c:
+            r = await c.get("/ui/runs", params={"since": "yesterday", "agent": "talk",
+                                                "order": "oldest", "limit": "100"})
+        assert r.status_code == 400
+        assert "Created since must be a date" in r.text
+        assert 'name="since" value="yesterday"' in r.text  # the form, as typed
+        assert 'name="agent" list="agents" value="talk"' in r.text
+        assert '<option value="oldest" selected>' in r.text and "<option selected>100" in r.text
+        assert "No runs match" not in r.text
+    finally:
+        await rt.close()

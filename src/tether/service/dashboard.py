@@ -228,8 +228,13 @@ def dashboard_router(
     @router.get("/ui/runs")
     @view
     async def runs(request: Request, v: Visit) -> Response:
-        f = RunFilter.parse(dict(request.query_params))
-        data = await runs_data(f)
+        q = dict(request.query_params)
+        try:
+            f = RunFilter.parse(q)
+            data = await runs_data(f)
+        except Refused as exc:  # the form again, as typed, with the error beside it
+            return page(request, v, "runs.html", exc.status, nav="runs", error=exc.message,
+                        **views.refused_runs(RunFilter.as_typed(q)))
         return page(request, v, "runs.html", nav="runs", live="runs:" + f.query(), **data)
 
     @router.get("/ui/go")

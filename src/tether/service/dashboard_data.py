@@ -114,6 +114,12 @@ class Views:
                 "fp": fingerprint([(r.thread_id, r.status, r.step, r.updated_at)
                                    for r in page_runs])}
 
+    def refused_runs(self, f: RunFilter) -> dict[str, Any]:
+        """The runs page for a filter that was refused: its form, no runs."""
+        return {"runs": [], "filter": f, "next": None, "statuses": list(RunStatus),
+                "sizes": PAGE_SIZES, "orders": ORDERS, "agents": sorted(self.runtime.agents),
+                "fp": ""}
+
     async def run_live(self, thread_id: str) -> tuple[Run, list[Any], list[Any], list[Any],
                                                       list[Any], list[Run], str]:
         """The run's row (peek: no state), interrupts, effects, mail in (unread) and out

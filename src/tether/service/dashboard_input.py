@@ -140,6 +140,16 @@ class RunFilter:
             decode_cursor(f.cursor)
         return f
 
+    @classmethod
+    def as_typed(cls, q: dict[str, str]) -> RunFilter:
+        """The filter as typed, unchecked: what a refused form shows again beside its error."""
+        raw, order = q.get("limit") or "50", q.get("order") or "newest"
+        return cls(q.get("status") or None, q.get("agent", "")[:200] or None,
+                   int(raw) if raw in map(str, PAGE_SIZES) else 50, None,
+                   q.get("version", "")[:200] or None, q.get("since", "")[:40] or None,
+                   q.get("until", "")[:40] or None, q.get("prefix", "")[:200] or None,
+                   order if order in ORDERS else "newest")
+
     @property
     def since_ts(self) -> float | None:
         return None if self.since is None else parse_time(self.since, "Created since")
