@@ -104,7 +104,7 @@ OTHER_ENV = frozenset({
     "TEST_GENAI_URL", "TEST_PGBOUNCER", "BIN", "FSYNC_DELAY_MS"})
 """The TETHER_* variables besides the settings' (read by the CLI, the server, the event loop,
 tracing, the test suite, the TypeScript client's tests (BIN) and the slow-disk shim)."""
-OTHER_ENV_FAMILIES = ("BENCH_",)
+OTHER_ENV_FAMILIES = ("BENCH_", "LGS_")
 """Prefixes (after TETHER_) of variable families: the benchmarks' knobs."""
 _warned: set[str] = set()
 _loading_app: contextvars.ContextVar[bool] = contextvars.ContextVar("_loading_app", default=False)
