@@ -282,3 +282,23 @@ def test_retire_a_drained_version_refused_while_it_has_open_runs(two_versions: S
         events = c.get("/audit").json()["events"]
         assert [(e["action"], e["actor"], e["target"]) for e in events
                 if e["action"] == "retire"] == [("retire", "dashboard", "v1")]
+
+
+def test_the_runs_table_fits_a_narrow_window(server: Server, context: BrowserContext) -> None:
+    with server.client() as c:
+        long_id = "customer-" + "x" * 60
+        r = c.post("/runs", json={"agent": "ticker", "input": {"steps": 1},
+                                  "thread_id": long_id})
+        assert r.status_code == 201, r.text
+        wait_status(c, long_id, "completed")
+    page = context.new_page()
+    page.set_viewport_size({"width": 400, "height": 800})
+    page.goto(f"{server.base_url}/ui/runs")
+    expect(page.locator(f"tr[data-thread='{long_id}']")).to_be_visible()
+    table = page.locator("table.runs")
+    width = table.evaluate("t => t.getBoundingClientRect().right")
+    assert width <= 400, width  # no sideways scrolling for the table
+    expect(table.locator("th", has_text="status")).to_be_visible()
+    expect(table.locator("th", has_text="updated")).to_be_hidden()
+    page.set_viewport_size({"width": 1200, "height": 800})
+    expect(table.locator("th", has_text="updated")).to_be_visible()
