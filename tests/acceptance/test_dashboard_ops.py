@@ -302,3 +302,30 @@ def test_the_runs_table_fits_a_narrow_window(server: Server, context: BrowserCon
     expect(table.locator("th", has_text="updated")).to_be_hidden()
     page.set_viewport_size({"width": 1200, "height": 800})
     expect(table.locator("th", has_text="updated")).to_be_visible()
+
+
+def test_the_overview_flags_a_waiting_person_and_mail_goes_from_the_run_page(
+        server: Server, context: BrowserContext) -> None:
+    with server.client() as c:
+        tid = start(c, "approval", {"item": "po 12"})
+        wait_status(c, tid, "waiting")
+    page = context.new_page()
+    page.goto(f"{server.base_url}/ui")
+    attention = page.locator("section.attention")
+    expect(attention).to_contain_text("a person has been asked for")
+    expect(attention).to_contain_text(tid)
+    attention.get_by_role("link", name=re.compile("a person has been asked")).click()
+    expect(page).to_have_url(re.compile(r"/ui/interrupts$"))
+    page.goto(f"{server.base_url}/ui/runs/{tid}")
+    page.get_by_label("Message (JSON)").fill("status")
+    page.get_by_role("button", name="Send").click()
+    expect(error_banner(page)).to_contain_text("a string is quoted")
+    expect(page.get_by_label("Message (JSON)")).to_have_value("status")  # kept as typed
+    page.get_by_label("Message (JSON)").fill('{"ask": "status"}')
+    page.get_by_label("Sender").fill("ops")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator(".notice")).to_have_text(
+        "Message sent: the run reads it at its next receive().")
+    with server.client() as c:
+        inbox = c.get(f"/runs/{tid}/messages").json()["messages"]
+    assert [(m["message"], m["sender"]) for m in inbox] == [({"ask": "status"}, "ops")]
