@@ -61,7 +61,15 @@ def _checkpoints(url: str) -> int:
         return -1
 
 
-@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+ASYNC_STUCK = pytest.mark.xfail(
+    strict=False,
+    reason="open (issue 34): once in CI under pytest-xdist, after an asynchronous failover not "
+           "every run completed within 90 s (passes alone, 7 of 7 tries, also beside CPU "
+           "load); the unfinished runs are printed when it happens")
+
+
+@pytest.mark.parametrize("sync", [True, pytest.param(False, marks=ASYNC_STUCK)],
+                         ids=["sync", "async"])
 async def test_failover_under_load(sync: bool, tmp_path: Path) -> None:
     call_log, sink = tmp_path / "calls.log", tmp_path / "sink.log"
     with PgPair(sync=sync) as pair:
