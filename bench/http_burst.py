@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 import tether
-from bench.streams import HEADERS, cpu_seconds, free_port, migrate
+from bench.streams import HEADERS, cpu_seconds, free_port, migrate, wait_up
 from tether.bench.common import bench_db
 
 STEPS, SLEEP = 5, 0.02
@@ -41,20 +41,6 @@ async def step(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
 
 runtime = tether.Runtime(agents=[hop])
 """The app `tether serve --app bench.http_burst:runtime --worker` serves."""
-
-
-async def _wait_up(c: httpx.AsyncClient, proc: Any, out: Any) -> None:
-    for _ in range(300):
-        try:
-            if (await c.get("/healthz")).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if proc.returncode is not None:
-            out.seek(0)
-            raise RuntimeError(f"tether serve exited: {out.read()!r}")
-        await asyncio.sleep(0.1)
-    raise RuntimeError("tether serve did not answer within 30 s")
 
 
 async def _burst(base: str, runs: int, inflight: int, batch: int) -> float:
@@ -100,7 +86,7 @@ async def measure(backend: str, runs: int, inflight: int, batch: int, src: Path 
             watcher = tether.Runtime(url)
             try:
                 async with httpx.AsyncClient(base_url=base, headers=HEADERS) as c:
-                    await _wait_up(c, proc, out)
+                    await wait_up(c, proc, out)
                 cpu0 = cpu_seconds(proc.pid)
                 began = time.perf_counter()
                 try:

@@ -68,6 +68,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def wait_up(c: httpx.AsyncClient, proc: Any, out: Any) -> None:
+    """Until the `tether serve` subprocess `proc` (its output in file `out`) answers /healthz."""
+    for _ in range(300):
+        try:
+            if (await c.get("/healthz")).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if proc.returncode is not None:
+            out.seek(0)
+            raise RuntimeError(f"tether serve exited: {out.read()!r}")
+        await asyncio.sleep(0.1)
+    raise RuntimeError("tether serve did not answer within 30 s")
+
+
 async def migrate(url: str) -> None:
     rt = tether.Runtime(url)
     await rt.migrate()
@@ -127,16 +142,7 @@ async def measure(backend: str, kind: str, n: int, runs: int, hold: float, settl
                 env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             try:
                 async with httpx.AsyncClient(base_url=base, headers=HEADERS) as c:
-                    for _ in range(300):
-                        try:
-                            if (await c.get("/healthz")).status_code == 200:
-                                break
-                        except httpx.TransportError:
-                            pass
-                        if proc.returncode is not None:
-                            out.seek(0)
-                            raise RuntimeError(f"tether serve exited: {out.read()!r}")
-                        await asyncio.sleep(0.1)
+                    await wait_up(c, proc, out)
                     tids = []
                     for i in range(runs):
                         r = await c.post("/runs", json={"agent": "parked", "input": {"i": i}})

@@ -198,9 +198,7 @@ class Context:
                 now = time.time()
                 obs.call(self.step, name, True, now, now)
             return _replayed(rec.result, fn)
-        clock = self._clock
-        if clock is not None and clock.expiring():
-            await clock.refresh(self._lease)  # LeaseLost: the call is not made
+        await self._lease_left()
         started = time.time() if obs is not None else 0.0
         if timeout is None and retry is None:
             value = fn(*args, **kwargs)
@@ -285,9 +283,7 @@ class Context:
                 self._sink(self.thread_id, {"type": "replayed", "step": self.step, "call": idx,
                                             "name": name, "data": llm.chunk_json(value)})
             return value
-        clock = self._clock
-        if clock is not None and clock.expiring():
-            await clock.refresh(self._lease)
+        await self._lease_left()
         started = time.time() if obs is not None else 0.0
         sink, thread_id, step = self._sink, self.thread_id, self.step
 
@@ -319,9 +315,7 @@ class Context:
                 obs.call(self.step, name, True, now, now)
             replayed: T = _replayed(rec.result, fn)
             return replayed
-        clock = self._clock
-        if clock is not None and clock.expiring():
-            await clock.refresh(self._lease)
+        await self._lease_left()
         started = time.time() if obs is not None else 0.0
         value = await calls.in_process(self._cpu, fn, args, kwargs, name)
         data, decoded, _ = self._encode(idx, name, value)
@@ -480,6 +474,12 @@ class Context:
             results.append({"thread_id": tid, "status": run.status, "state": state,
                             "error": None if run.error is None else serde.loads(run.error)})
         return results
+
+    async def _lease_left(self) -> None:
+        """Before a live call: renew a lease about to expire, or LeaseLost (no call made)."""
+        clock = self._clock
+        if clock is not None and clock.expiring():
+            await clock.refresh(self._lease)
 
     def _next(self, name: str) -> tuple[int, JournalRecord | None]:
         """The next call index and its journal record, checking the recorded name."""
