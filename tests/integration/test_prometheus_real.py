@@ -7,6 +7,7 @@ one), the runs by status and the steps counted equal the store's."""
 
 from __future__ import annotations
 
+import re
 import time
 from bisect import bisect_left
 from collections import Counter
@@ -20,7 +21,8 @@ from apps import TESTS_DIR, Workers, eventually
 from apps import observe_app as app
 from apps.http_harness import Procs, app_env, free_port
 from apps.pg_cluster import in_ci
-from apps.prometheus import Prometheus, available
+from apps.prometheus import Prometheus, available, config
+from apps.sessions import blocks
 from tether.observe.metrics import BUCKETS
 
 pytestmark = pytest.mark.slow
@@ -28,7 +30,7 @@ pytestmark = pytest.mark.slow
 SLEEP = 0.2
 """Seconds each step of the workload sleeps."""
 COMPLETED, FAILED, WAITING = 16, 3, 3
-STEPS = 10
+STEPS = 20
 CONCURRENCY = 10
 STEP_BUCKETS = "tether_step_duration_seconds_bucket"
 
@@ -150,3 +152,14 @@ async def workload(prom: Prometheus, rt: tether.Runtime, ws: Workers) -> None:
     assert dict(store) == {"completed": COMPLETED, "failed": FAILED, "waiting": WAITING}
     open_effects = prom.values("sum by (status) (tether_effects_open)", "status")
     assert open_effects[("pending",)] == 0 and open_effects[("dead",)] == 0, open_effects
+
+
+def test_the_docs_show_the_configuration_this_test_runs() -> None:
+    """docs/howto-observability.md's prometheus.yml, its comments aside, is the one
+    apps.prometheus writes for a worker on 9464 and `tether serve` on 8000."""
+    page = (TESTS_DIR.parent / "docs" / "howto-observability.md").read_text()
+    shown = next(body for _, body in blocks(page, "yaml") if "tether-worker" in body)
+    lines = [re.sub(r"\s+#.*$", "", line) for line in shown.splitlines()]
+    lines = [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    want = config({"tether-worker": ["127.0.0.1:9464"], "tether-serve": ["127.0.0.1:8000"]}, 1)
+    assert "\n".join(lines) + "\n" == want
