@@ -67,20 +67,24 @@ async def test_prometheus_scrapes_a_worker_and_serve(prometheus_available: None,
                      app="apps.observe_app:make_runtime") as ws:
             worker = ws.start(concurrency=CONCURRENCY, lease_ttl=10,
                               extra=["--metrics-port", str(metrics_port)])
-            path = f"{TESTS_DIR}:{app_env(db_url)['PYTHONPATH']}"
-            server = procs.serve(app="apps.observe_app:make_runtime",
-                                 env=app_env(db_url, PYTHONPATH=path))
-            serve_at = server.base_url.removeprefix("http://")
+            serve_port = free_port()
+            # Prometheus first: its discovery hands it the targets about 5 s after its start,
+            # while the worker and `tether serve` start.
             with Prometheus({"tether-worker": [f"127.0.0.1:{metrics_port}"],
-                             "tether-serve": [serve_at]}, interval=1) as prom:
+                             "tether-serve": [f"127.0.0.1:{serve_port}"]}, interval=1) as prom:
+                path = f"{TESTS_DIR}:{app_env(db_url)['PYTHONPATH']}"
+                procs.serve(app="apps.observe_app:make_runtime", port=serve_port,
+                            env=app_env(db_url, PYTHONPATH=path))
+
                 def both_up() -> bool:
                     health = prom.targets()
                     return len(health) == 2 and set(health.values()) == {"up"}
 
-                # Discovery hands Prometheus its targets within about 5 s of its start.
                 await eventually(both_up, what="Prometheus scraping both targets", timeout=30,
                                  workers=ws)
                 await workload(prom, rt, ws)
+                for expr in doc_queries():  # the docs' queries: valid, with an answer
+                    assert prom.query(expr), f"docs/howto-observability.md: {expr} is empty"
             assert worker.terminate() == 0, worker.output()
     finally:
         procs.close()
@@ -154,10 +158,26 @@ async def workload(prom: Prometheus, rt: tether.Runtime, ws: Workers) -> None:
     assert open_effects[("pending",)] == 0 and open_effects[("dead",)] == 0, open_effects
 
 
+DOCS = TESTS_DIR.parent / "docs" / "howto-observability.md"
+
+
+def doc_queries() -> list[str]:
+    """The PromQL of docs/howto-observability.md's table of questions."""
+    page = DOCS.read_text()
+    table = page[page.index("| question | query |"):]
+    table = table[:table.index("\n\n")]
+    return [expr for row in table.splitlines()[2:] for expr in re.findall(r"`([^`]+)`", row)]
+
+
+def test_doc_queries_are_read() -> None:
+    queries = doc_queries()
+    assert len(queries) >= 7 and all("tether_" in q for q in queries), queries
+
+
 def test_the_docs_show_the_configuration_this_test_runs() -> None:
     """docs/howto-observability.md's prometheus.yml, its comments aside, is the one
     apps.prometheus writes for a worker on 9464 and `tether serve` on 8000."""
-    page = (TESTS_DIR.parent / "docs" / "howto-observability.md").read_text()
+    page = DOCS.read_text()
     shown = next(body for _, body in blocks(page, "yaml") if "tether-worker" in body)
     lines = [re.sub(r"\s+#.*$", "", line) for line in shown.splitlines()]
     lines = [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
