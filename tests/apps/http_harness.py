@@ -129,8 +129,9 @@ class Procs:
         return popen, out, path
 
     def serve(self, *args: str, app: str = "http_app:runtime", worker: bool = False,
-              env: dict[str, str] | None = None, token: str | None = None) -> Server:
-        port = free_port()
+              env: dict[str, str] | None = None, token: str | None = None,
+              port: int | None = None) -> Server:
+        port = port or free_port()
         argv = ["serve", "--app", app, "--db", self.db_url, "--port", str(port), *args]
         if worker:
             argv += ["--worker", "--concurrency", "10"]

@@ -82,3 +82,30 @@ async def test_exec_ms_sums_every_drive_of_the_run(db_url: str) -> None:
     line = next(json.loads(raw) for raw in out.getvalue().splitlines()
                 if json.loads(raw)["event"] == "run_finished")
     assert line["exec_ms"] >= 250, line  # 200 ms before the park, 50 ms after
+
+
+async def test_exec_ms_is_the_sum_of_every_step_of_one_drive(db_url: str) -> None:
+    """Five steps driven at once (no park, no retry): exec_ms is the sum of the five steps'
+    execution as the store recorded them (each checkpoint's started_at to finished_at), not
+    the last step's alone."""
+    out = io.StringIO()
+    rt = app.make_runtime().with_db(db_url)
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    formatters = [h.formatter for h in handlers]
+    try:
+        enable_json_logs(rt, out)
+        async with working(rt):
+            run = await rt.start(app.agent, {"steps": 5, "pause": 0.04})
+            assert (await rt.wait(run.thread_id, timeout=WAIT)).status == "completed"
+        checkpoints = await rt.checkpoints(run.thread_id)
+    finally:
+        for h, f in zip(handlers, formatters, strict=True):
+            h.setFormatter(f)
+    line = next(r for r in map(json.loads, out.getvalue().splitlines())
+                if r["event"] == "run_finished")
+    assert [c.step for c in checkpoints] == [1, 2, 3, 4, 5]
+    steps_ms = sum(c.duration for c in checkpoints) * 1000
+    assert abs(line["exec_ms"] - steps_ms) < 0.01, (line, steps_ms)
+    assert line["exec_ms"] >= 5 * 40
+    assert line["exec_ms"] > 2 * max(c.duration for c in checkpoints) * 1000
