@@ -12,8 +12,11 @@ failure that may have landed:
   journaled once per step and index: a row there from an earlier holder would have been
   replayed, not called).
 
-The same for a run's start (it landed iff the run exists with its input) and an interrupt's
-answer (iff the interrupt is resolved with that value).
+The same for a run's start (it landed iff the run exists with its input), an interrupt's
+answer (iff the interrupt is resolved with that value) and a batch of effects' done marks
+(one statement: it landed iff none of its effects is still running on the epoch it was
+marked with; then each mark was made iff its effect is done on that epoch). A done mark not
+read back would leave its effect running until its lease ran out, and then performed again.
 
 Landed: the write's answer is made from what was read. Not landed: the write is sent again
 (it is fenced by the epoch, and the checkpoint's and journal's primary keys refuse a second
@@ -27,7 +30,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from psycopg.rows import TupleRow
 
@@ -171,3 +174,30 @@ async def settle_park(conns: PgConnections, write: Write, lease: Lease) -> Tuple
             run.status != "running" else None
 
     return await settle(conns, write, landed, f"run {lease.thread_id!r}: park")
+
+
+async def settle_done_marks(conns: PgConnections, params: dict[str, Any]) -> list[bool]:
+    """complete_effects (`params`: its arrays), settled: for each effect, whether it was
+    marked done."""
+    n = len(params["keys"])
+
+    async def write() -> list[bool]:
+        out = [False] * n
+        for (i,) in await conns.fetchall(conns.q["complete_effects"], params):
+            out[i - 1] = True
+        return out
+
+    async def landed() -> list[bool] | None:
+        rows = await conns.read(conns.q["effect_marks"], {
+            "thread_ids": params["thread_ids"], "keys": params["keys"]})
+        out = [False] * n
+        for i, status, epoch in rows:
+            if epoch == params["epochs"][i - 1]:
+                if status == "running":
+                    return None  # the statement did not land: none of it did
+                out[i - 1] = status == "done"
+        return out
+
+    what = (f"effect {params['thread_ids'][0]!r}/{params['keys'][0]!r}: done mark" if n == 1
+            else f"done marks of {n} effects")
+    return await settle(conns, write, landed, what)

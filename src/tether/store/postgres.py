@@ -54,7 +54,7 @@ from .pg_conn import BEGIN, Conn, Params, PgConnections
 from .pg_deploy import PgDeployments
 from .pg_listen import CHANNEL, EFFECTS_CHANNEL, Listener
 from .pg_retention import PgRetention
-from .pg_settle import settle_call, settle_create, settle_park, settle_resume, settle_step
+from .pg_settle import settle_call, settle_create, settle_done_marks, settle_park, settle_resume, settle_step
 from .pg_steps import add_children, park_params, step_params, step_transaction
 from .plan import FINISH, FULL, RELEASE, SPAWN, step_kind, step_wakes, wakes_workers
 from .rows import finished_run, mail_refused, new_run_params, same_run
@@ -531,11 +531,7 @@ class PostgresStore(PgSessionsPart):
                   "keys": [e.key for e, _ in items],
                   "epochs": [e.epoch for e, _ in items],
                   "results": [result for _, result in items]}
-        rows = await self._conns.fetchall(self._q["complete_effects"], params)
-        out = [False] * len(items)
-        for (i,) in rows:
-            out[i - 1] = True
-        return out
+        return await settle_done_marks(self._conns, params)  # a reply lost: read back
 
     async def renew_effect_leases(self, worker: str, lease_ttl: float) -> None:
         params = {"worker": worker, "ttl": float(lease_ttl)}

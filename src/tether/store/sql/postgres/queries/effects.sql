@@ -90,6 +90,13 @@ SET lease_expires_at = extract(epoch FROM clock_timestamp())::float8 + %(ttl)s::
 WHERE lease_owner = %(worker)s AND status = 'running'
 RETURNING 1;
 
+-- name: effect_marks
+-- Where a batch of done marks stands (pg_settle.settle_done_marks): each effect's status and
+-- epoch, by primary key, with its 1-based position in the batch.
+SELECT b.i, o.status, o.epoch
+FROM unnest(%(thread_ids)s::text[], %(keys)s::text[]) WITH ORDINALITY AS b(thread_id, key, i)
+JOIN outbox o ON o.thread_id = b.thread_id AND o.key = b.key;
+
 -- name: get_effect
 SELECT {{effect_columns}}
 FROM outbox WHERE thread_id = %(thread_id)s AND key = %(key)s;
