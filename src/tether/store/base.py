@@ -53,9 +53,12 @@ class RunRecord:
     updated_at: float
     trace_context: str | None = None
     """The W3C traceparent of the run's trace anchor, if one was stored (tether.observe)."""
+    taken_from: str | None = None
+    """Set by claim_runs only (not a column): the worker whose expired lease this claim took
+    over, None for a run that was due (queued, or sleeping and awake)."""
 
 
-RUN_COLUMNS = tuple(RunRecord.__dataclass_fields__)
+RUN_COLUMNS = tuple(f for f in RunRecord.__dataclass_fields__ if f != "taken_from")
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,7 +389,8 @@ class Store(Protocol):
         """Atomically lease up to `limit` claimable runs of this version and these agents:
         queued or sleeping ones whose wake_at has passed, and running ones whose lease
         expired. Each claim bumps the epoch and the attempt; no run is returned to two
-        callers for the same epoch."""
+        callers for the same epoch. A run whose expired lease was taken over has
+        `taken_from` set to the worker that held it."""
 
     async def renew_leases(self, worker: str, lease_ttl: float,
                            only: Sequence[str] | None = None) -> set[str]:
