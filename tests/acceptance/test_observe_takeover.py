@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import tether
-from apps import Workers, eventually
+from apps import Workers, eventually, pause_outside_transaction
 from apps import observe_app as app
 from apps.scrape import free_port, scrape, total
 
@@ -70,7 +70,7 @@ async def test_a_frozen_worker_counts_the_leases_it_lost(db_url: str, tmp_path: 
 
             await eventually(all_leased, what="every run leased", workers=ws)
             frozen_id = (await held_by(rt, ids))[ids[0]]
-            frozen.pause()
+            await pause_outside_transaction(frozen, db_url)
             other = ws.start(concurrency=RUNS, lease_ttl=1.0,
                              extra=["--metrics-port", str(other_port)])
 

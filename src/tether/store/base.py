@@ -53,7 +53,7 @@ class RunRecord:
     updated_at: float
     trace_context: str | None = None
     """The W3C traceparent of the run's trace anchor, if one was stored (tether.observe)."""
-    taken_from: str | None = None
+    taken_from: str | None = field(default=None, compare=False)
     """Set by claim_runs only (not a column): the worker whose expired lease this claim took
     over, None for a run that was due (queued, or sleeping and awake)."""
 
