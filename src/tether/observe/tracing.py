@@ -74,11 +74,15 @@ def parse_traceparent(value: str | None) -> SpanContext | None:
     return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags & 1))
 
 
+def derived_ids(thread_id: str) -> tuple[int, int]:
+    """The trace and span ids of the anchor derived from a thread_id."""
+    digest = hashlib.sha256(b"tether.run\0" + thread_id.encode()).digest()
+    return int.from_bytes(digest[:16], "big") or 1, int.from_bytes(digest[16:24], "big") or 1
+
+
 def derived_anchor(thread_id: str) -> SpanContext:
     """The anchor of a run created where nothing traced: the same for every worker."""
-    digest = hashlib.sha256(b"tether.run\0" + thread_id.encode()).digest()
-    trace_id = int.from_bytes(digest[:16], "big") or 1
-    span_id = int.from_bytes(digest[16:24], "big") or 1
+    trace_id, span_id = derived_ids(thread_id)
     return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(1))
 
 
@@ -112,12 +116,21 @@ class _Sampling:
 
     def __init__(self, tracer: Tracer) -> None:
         self.sampler = getattr(tracer, "sampler", None)
+        # A root decision that never depends on the trace id (always_on/off, and
+        # parentbased_always_on/off for a root), known without asking the sampler per run.
+        describe = getattr(self.sampler, "get_description", None)
+        root = describe() if describe is not None else "AlwaysOnSampler"
+        if root.startswith("ParentBased{root:"):
+            root = root[len("ParentBased{root:"):].split(",", 1)[0]
+        self.root_constant = {"AlwaysOnSampler": True, "AlwaysOffSampler": False}.get(root)
 
     def decide(self, parent: OtelContext | None, trace_id: int, attributes: Mapping[str, Any],
                ) -> bool:
         """The sampler's decision for a run's root span under `parent` (None: a root). The
         ratio samplers decide by the trace id alone, so a derived anchor gets the same
         decision in every process."""
+        if parent is None and self.root_constant is not None:
+            return self.root_constant
         if self.sampler is None:
             return True
         from opentelemetry.context import Context
@@ -133,6 +146,10 @@ class _Sampling:
         if self.decide(None, anchor.trace_id, {"tether.thread_id": thread_id}):
             return anchor
         return _unsampled(anchor)
+
+
+_UNSAMPLED_FLAGS = frozenset(f"{n:02x}" for n in range(0, 256, 2))
+"""A version-00 traceparent's last two characters when its sampled bit is clear."""
 
 
 def _unsampled(ctx: SpanContext) -> SpanContext:
@@ -172,10 +189,13 @@ class Tracing:
         # give the run had nothing traced its creation). Not sampled: no span, and the stored
         # anchor's flag says so to every worker.
         caller = parse_traceparent(traceparent)
-        under = None if caller is None else set_span_in_context(NonRecordingSpan(caller))
         if caller is None:
-            caller = derived_anchor(new.thread_id)
-        if not self.sampling.decide(under, caller.trace_id, attributes):
+            trace_id, span_id = derived_ids(new.thread_id)
+            if not self.sampling.decide(None, trace_id, attributes):
+                return f"00-{trace_id:032x}-{span_id:016x}-00"
+            caller = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(1))
+        elif not self.sampling.decide(set_span_in_context(NonRecordingSpan(caller)),
+                                      caller.trace_id, attributes):
             return format_traceparent(_unsampled(caller))
         context = set_span_in_context(NonRecordingSpan(caller))
         links = None
@@ -198,6 +218,8 @@ class Tracing:
         """The run's spans while `worker` drives it; None (no SDK call at all on its step
         path) when its anchor says the run is not sampled."""
         stored = run.trace_context
+        if stored and len(stored) == 55 and stored[-2:] in _UNSAMPLED_FLAGS:
+            return None  # the common unsampled case, before anything is parsed
         anchor = self._made.get(stored) if stored else None
         if anchor is None:
             anchor = parse_traceparent(stored)
