@@ -168,12 +168,13 @@ class Tracing:
             raise ConfigError(f"trace detail {detail!r} is not one of {', '.join(DETAILS)}")
         self.tracer, self.detail = tracer, detail
         self.sampling = _Sampling(tracer)
-        self._anchors: dict[str, SpanContext] = {}  # recently driven runs' stored anchors
+        # Recently driven runs' stored anchors (None: stored as not sampled).
+        self._anchors: dict[str, SpanContext | None] = {}
         # The anchors of runs created here, by the traceparent stored with them: a run driven
         # where it was created is not parsed again.
         self._made: dict[str, SpanContext] = {}
 
-    def _remember(self, thread_id: str, anchor: SpanContext) -> None:
+    def _remember(self, thread_id: str, anchor: SpanContext | None) -> None:
         if len(self._anchors) >= 10_000:
             del self._anchors[next(iter(self._anchors))]
         self._anchors[thread_id] = anchor
@@ -219,6 +220,7 @@ class Tracing:
         path) when its anchor says the run is not sampled."""
         stored = run.trace_context
         if stored and len(stored) == 55 and stored[-2:] in _UNSAMPLED_FLAGS:
+            self._remember(run.thread_id, None)  # its effects are not traced either
             return None  # the common unsampled case, before anything is parsed
         anchor = self._made.get(stored) if stored else None
         if anchor is None:
@@ -237,9 +239,11 @@ class Tracing:
     def effect(self, effect: EffectRecord, outcome: str, started: float, finished: float) -> None:
         # The effect row does not carry its run's stored anchor: the one its steps used here
         # (effects are mostly performed by the worker that ran the step), else the derived one.
-        anchor = (self._anchors.get(effect.thread_id)
-                  or self.sampling.derived(effect.thread_id))
-        if not anchor.trace_flags.sampled:
+        if effect.thread_id in self._anchors:
+            anchor = self._anchors[effect.thread_id]
+        else:
+            anchor = self.sampling.derived(effect.thread_id)
+        if anchor is None or not anchor.trace_flags.sampled:
             return
         span = self.tracer.start_span(
             "tether.effect", context=set_span_in_context(NonRecordingSpan(anchor)),
