@@ -98,6 +98,8 @@ class JournalRecord:
     idx: int
     name: str
     result: bytes
+    args: str | None = None
+    """What the call was given, as JSON text for people (tether.calls.args_preview)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,10 +415,12 @@ class Store(Protocol):
         count cleared, attempt count kept. None (nothing written) if the run is not failed."""
 
     def record_call(
-        self, lease: Lease, step: int, idx: int, name: str, result: bytes
+        self, lease: Lease, step: int, idx: int, name: str, result: bytes,
+        args: str | None = None,
     ) -> Awaitable[None]:
-        """Durably journal one call result. Raises LeaseLost if the epoch moved. (An awaitable,
-        so a store may return its group commit's future without a coroutine around it.)"""
+        """Durably journal one call result (and `args`, what the call was given, for people).
+        Raises LeaseLost if the epoch moved. (An awaitable, so a store may return its group
+        commit's future without a coroutine around it.)"""
 
     async def load_journal(self, thread_id: str, step: int) -> list[JournalRecord]: ...
 
