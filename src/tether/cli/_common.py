@@ -17,7 +17,7 @@ import orjson
 
 from .. import eventloop, serde
 from ..config import loading_app, resolve_app
-from ..errors import AppImportError, ConfigError, TetherError
+from ..errors import AppImportError, ConfigError, TetherError, with_article
 from ..runtime import Runtime
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -68,7 +68,8 @@ def load_app(target: str, source: str = "--app") -> Runtime:
                 f"app {target} ({source}): calling it (with no arguments) to get the Runtime "
                 f"failed: {exc!r}") from exc
     if not isinstance(obj, Runtime):
-        raise AppImportError(f"{target} ({source}) is a {type(obj).__name__}, not a tether.Runtime")
+        raise AppImportError(f"{target} ({source}) is {with_article(type(obj).__name__)}, "
+                             "not a tether.Runtime")
     return obj
 
 
@@ -145,6 +146,11 @@ def json_value(text: str, flag: str) -> Any:
             hint = (f"; a string is quoted JSON: {flag} {shlex.quote(orjson.dumps(text).decode())}"
                     " (true, false, null and numbers are bare)")
         raise ConfigError(f"{flag} is not valid JSON: {exc}{hint}") from None
+
+
+def plural(n: int, word: str) -> str:
+    """`n` and `word`, its plural when `n` is not 1: "1 run", "2 runs", "1,000 steps"."""
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
 def cli_actor() -> str:

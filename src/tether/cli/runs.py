@@ -93,9 +93,10 @@ def _why_still(r: Run) -> str:
 STATUSES = tuple(s.value for s in RunStatus)
 
 
-@runs.command("wait", help="wait until a run is finished, or in one of the --until statuses; "
-                           "exit 0 completed (or in a --until status), 1 failed, 3 cancelled, "
-                           "4 timed out")
+@runs.command("wait", short_help="wait for a run to finish; its exit status says how it ended",
+              help="wait until a run is finished, or in one of the --until statuses; "
+                   "exit 0 completed (or in a --until status), 1 failed, 3 cancelled, "
+                   "4 timed out")
 @click.argument("thread_id")
 @click.option("--until", multiple=True, type=click.Choice(STATUSES),
               help="return once the run is in this status (repeatable; default: finished)")
