@@ -233,6 +233,7 @@ def _record(columns: Sequence[tuple[str, str]], row: Sequence[str],
             title: str | None = None) -> Any:
     """One row as a record: a title line (`title` formatted with the row's values by column
     name; else its ids; else its first value), then each other value under its name."""
+    import collections
     import string
 
     from rich.console import Group
@@ -242,7 +243,7 @@ def _record(columns: Sequence[tuple[str, str]], row: Sequence[str],
     values = {name: value for (name, _), value in zip(columns, row, strict=True)}
     if title is not None:
         named = {field for _, field, _, _ in string.Formatter().parse(title) if field}
-        heading = title.format_map(values)
+        heading = title.format_map(collections.defaultdict(str, values))  # a column left out: ""
     else:
         named = {name for name, kind in columns if kind == "id"} or {columns[0][0]}
         heading = "  ".join(values[name] for name, _ in columns if name in named)
