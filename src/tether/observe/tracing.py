@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -169,14 +170,14 @@ class Tracing:
         self.tracer, self.detail = tracer, detail
         self.sampling = _Sampling(tracer)
         # Recently driven runs' stored anchors (None: stored as not sampled).
-        self._anchors: dict[str, SpanContext | None] = {}
+        self._anchors: OrderedDict[str, SpanContext | None] = OrderedDict()
         # The anchors of runs created here, by the traceparent stored with them: a run driven
         # where it was created is not parsed again.
-        self._made: dict[str, SpanContext] = {}
+        self._made: OrderedDict[str, SpanContext] = OrderedDict()
 
     def _remember(self, thread_id: str, anchor: SpanContext | None) -> None:
         if len(self._anchors) >= 10_000:
-            del self._anchors[next(iter(self._anchors))]
+            self._anchors.popitem(last=False)  # O(1): a dict's first key is not
         self._anchors[thread_id] = anchor
 
     def run_created(self, new: NewRun, parent: RunRecord | None, traceparent: str | None,
@@ -209,7 +210,7 @@ class Tracing:
         made = span.get_span_context()
         traceparent = format_traceparent(made)
         if len(self._made) >= 10_000:
-            del self._made[next(iter(self._made))]
+            self._made.popitem(last=False)
         # As a worker elsewhere would read it back from the store: a remote parent.
         self._made[traceparent] = SpanContext(made.trace_id, made.span_id, is_remote=True,
                                               trace_flags=made.trace_flags)
