@@ -30,8 +30,9 @@ def available() -> str | None:
 
 
 class PgBouncer:
-    def __init__(self, host: str, port: int, *, mode: str = "transaction") -> None:
-        self.host, self.port, self.mode = host, port, mode
+    def __init__(self, host: str, port: int, *, mode: str = "transaction",
+                 pool_size: int = 10) -> None:
+        self.host, self.port, self.mode, self.pool_size = host, port, mode, pool_size
         self.root = Path(tempfile.mkdtemp(prefix="tether-bouncer-"))
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres", "postgres")
@@ -48,10 +49,10 @@ class PgBouncer:
             f"listen_addr = 127.0.0.1\nlisten_port = {self.listen_port}\n"
             "unix_socket_dir =\nauth_type = any\n"
             f"pool_mode = {self.mode}\n"
-            "max_client_conn = 500\ndefault_pool_size = 10\n"
+            f"max_client_conn = 500\ndefault_pool_size = {self.pool_size}\n"
             # Server connections closed once idle for a second: a test's database is dropped
             # soon after, and the server is shared with every other test.
-            "server_idle_timeout = 1\nmax_db_connections = 10\n"
+            f"server_idle_timeout = 1\nmax_db_connections = {self.pool_size}\n"
             "ignore_startup_parameters = extra_float_digits\n"
             f"logfile = {self.log}\npidfile = {self.root / 'pgbouncer.pid'}\n")
         if os.geteuid() == 0:

@@ -100,7 +100,17 @@ def suffix(n: int) -> str:
 
 
 def pg_url(dbname: str) -> str:
-    return pg_admin_url().rsplit("/", 1)[0] + "/" + dbname
+    """The URL a workload's store opens for database `dbname`: on $BENCH_PG_URL's server, or,
+    with $BENCH_PG_VIA (a template with {db} and {listen}, e.g. a PgBouncer's URL with
+    `pool_mode=transaction&listen_url={listen}`: bench/pgbouncer.py), through that, LISTEN
+    going to the server directly. Databases are made and dropped on the server directly."""
+    direct = pg_admin_url().split("?", 1)[0].rsplit("/", 1)[0] + "/" + dbname
+    via = os.environ.get("BENCH_PG_VIA")
+    if not via:
+        return direct
+    from urllib.parse import quote
+
+    return via.format(db=dbname, listen=quote(direct, safe=""))
 
 
 @contextlib.asynccontextmanager
