@@ -113,6 +113,15 @@ def pg_url(dbname: str) -> str:
     return via.format(db=dbname, listen=quote(direct, safe=""))
 
 
+def direct_url(url: str) -> str:
+    """The server's own URL for a workload's database: `url` itself, or, for one through a
+    PgBouncer (bench/pgbouncer.py), its listen_url (the bench's direct reads go there)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    listen = parse_qs(urlsplit(url).query).get("listen_url")
+    return listen[0] if listen else url
+
+
 @contextlib.asynccontextmanager
 async def bench_db(backend: str) -> AsyncIterator[str]:
     """A fresh, empty database for one workload: a file in a temporary directory (SQLite)
@@ -153,7 +162,7 @@ async def pg_bytes(url: str) -> int:
     import psycopg
 
     """pg_total_relation_size (heap, indexes, TOAST) of every table in the database."""
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(direct_url(url), autocommit=True) as conn:
         cur = await conn.execute(
             "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -173,7 +182,7 @@ async def query(url: str, q: str) -> list[tuple[Any, ...]]:
             conn.close()
     import psycopg
 
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
+    async with await psycopg.AsyncConnection.connect(direct_url(url), autocommit=True) as aconn:
         return await (await aconn.execute(q.encode())).fetchall()
 
 
@@ -240,7 +249,7 @@ class StatusCounts:
         else:
             import psycopg
 
-            self._pg = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+            self._pg = await psycopg.AsyncConnection.connect(direct_url(self.url), autocommit=True)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -16,6 +16,7 @@ from .common import (
     Result,
     StatusCounts,
     bench_db,
+    direct_url,
     noop_effect,
     outbox_counts,
     peak_rss_mib,
@@ -91,7 +92,7 @@ async def e_dispatch(backend: str, effects: int, analyze: bool = False) -> list[
             else:
                 import psycopg
 
-                async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
+                async with await psycopg.AsyncConnection.connect(direct_url(url), autocommit=True) as aconn:
                     await aconn.execute(b"ANALYZE")
 
         runtime = tether.Runtime(url, agents=[e_producer], version="bench")
