@@ -122,6 +122,16 @@ def direct_url(url: str) -> str:
     return listen[0] if listen else url
 
 
+def libpq_url(url: str) -> str:
+    """`url` without tether's own options (pool_mode, listen_url): what psycopg takes, to the
+    same server or pooler."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    kept = [(k, v) for k, v in parse_qsl(parts.query) if k not in ("pool_mode", "listen_url")]
+    return urlunsplit(parts._replace(query=urlencode(kept)))
+
+
 @contextlib.asynccontextmanager
 async def bench_db(backend: str) -> AsyncIterator[str]:
     """A fresh, empty database for one workload: a file in a temporary directory (SQLite)

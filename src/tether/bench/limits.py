@@ -9,7 +9,7 @@ import sqlite3
 import threading
 import time
 
-from .common import Result, bench_db, peak_rss_mib, sqlite_path
+from .common import Result, bench_db, libpq_url, peak_rss_mib, sqlite_path
 
 W1_MSG_BYTES = 256
 
@@ -55,11 +55,11 @@ def pg_raw(url: str, connections: int, batch: int, seconds: float,
     import psycopg  # only on Postgres: the core install has no driver for it
 
     table = table or f"raw_{connections}_{batch}"
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {table} (thread_id TEXT NOT NULL, step INTEGER NOT NULL, "
                      "data BYTEA NOT NULL, PRIMARY KEY (thread_id, step))".encode())
     q = f"INSERT INTO {table} VALUES (%s, %s, %s)".encode()
-    conns = [psycopg.connect(url, autocommit=True) for _ in range(connections)]
+    conns = [psycopg.connect(libpq_url(url), autocommit=True) for _ in range(connections)]
     counts = [0] * connections
     barrier = threading.Barrier(connections + 1)
     deadline = [0.0]
@@ -92,7 +92,7 @@ def pg_raw(url: str, connections: int, batch: int, seconds: float,
     for c in conns:
         c.close()
     if drop:
-        with psycopg.connect(url, autocommit=True) as conn:
+        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
             conn.execute(f"DROP TABLE {table}".encode())
     return _rate(sum(counts), elapsed)
 
