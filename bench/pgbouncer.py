@@ -27,8 +27,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE / "tests"))  # the tests' PgBouncer harness (tests/apps/pgbouncer.py)
 
-SHOWN = ("wall_s", "wall_over_ideal", "cpu_s", "cpu_us_per_step", "commits_per_s",
-         "steps_per_s", "cpu_us_per_commit")
 
 
 def run_once(args: list[str], via: str | None) -> dict[str, float]:
@@ -85,8 +83,7 @@ def main(argv: list[str]) -> int:
             for side in order:
                 m = run_once(args.workload, via if side == "pgbouncer" else None)
                 rows[side].append(m)
-                shown = " ".join(f"{k}={v:g}" for k, v in m.items()
-                                 if k.rsplit("_", 1)[0] in SHOWN or k == "process_cpu_s")
+                shown = " ".join(f"{k}={v:g}" for k, v in m.items())
                 print(f"pair {i + 1} {side:9} {shown} load={os.getloadavg()[0]:.2f}",
                       flush=True)
     load1 = os.getloadavg()
@@ -96,8 +93,6 @@ def main(argv: list[str]) -> int:
     print("| metric | direct | through PgBouncer | ratio of medians | median pair ratio |")
     print("| --- | --- | --- | --- | --- |")
     for name in rows["direct"][0]:
-        if name.rsplit("_", 1)[0] not in SHOWN and name != "process_cpu_s":
-            continue
         d = statistics.median(m[name] for m in rows["direct"])
         b = statistics.median(m[name] for m in rows["pgbouncer"])
         pairs = [p[name] / q[name] for p, q in zip(rows["pgbouncer"], rows["direct"], strict=True)
