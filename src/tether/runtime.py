@@ -549,11 +549,12 @@ class Runtime:
         await self.open()
         return await self._deploys.workers()
 
-    async def deployments(self) -> list[Deployment]:
+    async def deployments(self, *, cap: int | None = deploy.COUNT_CAP) -> list[Deployment]:
         """Every version with a weight, open runs or a live worker: its weight, state, live
-        workers, open runs by status, oldest open run and stranded runs."""
+        workers, open runs by status, oldest open run and stranded runs, each count stopping
+        at `cap` (`Deployment.capped`; None: exact, a count of every open run)."""
         await self.open()
-        return await self._deploys.deployments()
+        return await self._deploys.deployments(cap)
 
     async def route(self, weights: Mapping[str, int], *, actor: str | None = None
                     ) -> list[Deployment]:

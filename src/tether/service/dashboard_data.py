@@ -19,6 +19,7 @@ from urllib.parse import parse_qs
 
 import orjson
 
+from ..deploy import COUNT_CAP as DEPLOY_CAP
 from ..errors import RunNotFound, TetherError
 from ..history import record_of
 from ..runtime import Run, RunStatus, Runtime
@@ -218,10 +219,11 @@ class Views:
     async def deployments(self) -> dict[str, Any]:
         found = await self.runtime.deployments()
         statuses = ("queued", "running", "waiting", "sleeping")
-        return {"deployments": found, "open_statuses": statuses,
+        return {"deployments": found, "open_statuses": statuses, "cap": DEPLOY_CAP,
                 "routable": [d for d in found if d.state != "retired"],
                 "fp": fingerprint([(d.version, d.weight, d.state, d.workers,
-                                    sorted(d.runs.items()), d.stranded) for d in found])}
+                                    sorted(d.runs.items()), d.stranded, sorted(d.capped))
+                                   for d in found])}
 
     async def workers(self) -> dict[str, Any]:
         found = sorted(await self.runtime.workers(),
@@ -265,12 +267,12 @@ def attention(deployments: list[Any], dead: int, pending: list[Any], sample: lis
     out: list[tuple[str, str]] = []
     for d in deployments:
         if d.stranded:
-            out.append(("/ui/deployments", f"{_n(d.stranded, 'run')} of {d.version} "
-                        f"{'is' if d.stranded == 1 else 'are'} stranded: no live worker of "
-                        "their version can resume them"))
+            out.append(("/ui/deployments", f"{_n(d.stranded, 'run', 'stranded' in d.capped)} "
+                        f"of {d.version} {'is' if d.stranded == 1 else 'are'} stranded: no "
+                        "live worker of their version can resume them"))
         elif d.open and not d.workers and d.state != "retired":
-            out.append(("/ui/deployments", f"{d.version} has {_n(d.open, 'open run')} and no "
-                        "live worker: start a worker of it, or move its parked runs"))
+            out.append(("/ui/deployments", f"{d.version} has {_n(d.open, 'open run', d.open_more)}"
+                        " and no live worker: start a worker of it, or move its parked runs"))
     if dead:
         out.append(("/ui/effects", f"{_n(dead, 'effect')} {'is' if dead == 1 else 'are'} dead: "
                     "retry once the cause is fixed"))
@@ -287,8 +289,8 @@ def attention(deployments: list[Any], dead: int, pending: list[Any], sample: lis
     return out
 
 
-def _n(n: int, word: str) -> str:
-    return f"{n:,} {word}" + ("" if n == 1 else "s")
+def _n(n: int, word: str, more: bool = False) -> str:
+    return f"{n:,}{'+' if more else ''} {word}" + ("" if n == 1 and not more else "s")
 
 
 def _waited(seconds: float) -> str:

@@ -291,11 +291,12 @@ class Deployments(Protocol):
         """Set these versions' weights; `replace`: every version not named gets weight 0.
         One transaction (with the audit row, if given)."""
 
-    async def open_runs(self) -> list[OpenRuns]:
-        """Open runs (queued, running, waiting, sleeping) counted by version and status."""
+    async def open_runs(self, cap: int | None = None) -> list[OpenRuns]:
+        """Open runs (queued, running, waiting, sleeping) counted by version and status;
+        with `cap`, each count stops at cap + 1 (an index range read that far)."""
 
-    async def stranded_runs(self, version: str, before: float) -> int:
-        """Open runs of `version` last updated before `before`."""
+    async def stranded_runs(self, version: str, before: float, cap: int | None = None) -> int:
+        """Open runs of `version` last updated before `before` (at most cap + 1)."""
 
     async def retire_version(self, version: str, limit: int = 20,
                              audit: Audit | None = None) -> list[str]:
