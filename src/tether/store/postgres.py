@@ -214,7 +214,7 @@ class PostgresStore(PgSessionsPart):
             status=status, agent=agent, version=version, parent=parent, since=since,
             until=until, prefix=prefix, order=order, before=before, limit=limit,
         ).plan(code_point_order=self._code_point_order)
-        return [_run(r) for r in await self._conns.read(self._q[name], params)]
+        return [_run(r) for r in await self._conns.read_in_order(self._q[name], params)]
 
     # -- leases ----------------------------------------------------------------------------
 
