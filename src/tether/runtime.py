@@ -227,11 +227,12 @@ class Runtime:
         await self.open()
         return await self.store.now()
 
-    async def status_counts(self) -> StatusCounts:
+    async def status_counts(self, *, cap: int | None = None) -> StatusCounts:
         """Runs by (status, version) and effects not done by status, store-wide: one query
-        (a full count; poll it every few seconds, not per request)."""
+        (a full count; poll it every few seconds, not per request). With `cap`, each count
+        goes through an index and stops there (`runs_more`, `effects_more`: "10,000+")."""
         await self.open()
-        return await self.store.status_counts()
+        return await self.store.status_counts(cap)
 
     async def close(self) -> None:
         """Stop this process's workers of this runtime (`work()`: their leases given back within

@@ -117,6 +117,17 @@ class RunQuery:
         return name, params
 
 
+def index_ordered(name: str) -> bool:
+    """Whether the named listing reads an index in its own order, a page of it (of each
+    version's range, for `_open`), no sort of what it matched: Postgres reads those with
+    sorting off (PostgresConns.read_in_order), so no statistics make the planner sort every
+    matching run instead. The others sort a bounded set (a run's children, a prefix's
+    range, the open runs by updated_at), which sorting off would turn into a walk of
+    runs_created."""
+    return not name.endswith(("_parent", "_prefix")) and name not in (
+        "list_runs_updated", "list_runs_updated_open")
+
+
 def prefix_end(prefix: str) -> str | None:
     """The least string greater than every string that starts with `prefix`, in code point
     order: its last character incremented (surrogates skipped; a last U+10FFFF carries).
