@@ -8,7 +8,11 @@ drift falls on all three alike (as bench/pairs.py does for two checkouts).
 
 The figure is the worker's CPU time over the measured part (W2's cpu_s: process time, every
 thread, so the batch processor's export thread counts), median per variant, and its ratio to
-"off". The goals (issue 16): metrics at most 1.05x, tracing at most 1.15x.
+"off". Variants (`--variants`): off, metrics, tracing (the SDK's default sampler: every run),
+always_off (OTEL_TRACES_SAMPLER=always_off: tracing on, no run sampled), ratio_0.1
+(parentbased_traceidratio at 0.1), detail_step and detail_run (TETHER_TRACE_DETAIL). Goals:
+metrics at most 1.05x, always_off at most 1.02x, ratio_0.1 at most 1.10x, and with every run
+traced tether's own share at most 10% of what the SDK alone takes for the same spans.
 
 `sdk_floor` is what the OpenTelemetry SDK itself costs for the same spans, with no tether
 around them: a fresh process making, per run, the 11 spans a W2 run has (tether.run, 5
@@ -36,16 +40,31 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
-VARIANTS = ("off", "metrics", "tracing")
-GOALS = {"metrics": 1.05, "tracing": 1.15}
+_TRACING = {"TETHER_BENCH_OBSERVE": "tracing"}
+VARIANTS: dict[str, dict[str, str]] = {
+    "off": {},
+    "metrics": {"TETHER_BENCH_OBSERVE": "metrics"},
+    # The SDK's default sampler (parentbased_always_on): every run traced.
+    "tracing": _TRACING,
+    "always_off": {**_TRACING, "OTEL_TRACES_SAMPLER": "always_off"},
+    "ratio_0.1": {**_TRACING, "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                  "OTEL_TRACES_SAMPLER_ARG": "0.1"},
+    "detail_step": {**_TRACING, "TETHER_TRACE_DETAIL": "step"},
+    "detail_run": {**_TRACING, "TETHER_TRACE_DETAIL": "run"},
+}
+"""Each variant's environment for the W2 process (tracing on an SDK provider whose sampler
+and tether's detail come from OTEL_TRACES_SAMPLER and TETHER_TRACE_DETAIL)."""
+DEFAULT = ("off", "metrics", "tracing", "always_off", "ratio_0.1", "detail_run")
+GOALS = {"metrics": 1.05, "always_off": 1.02, "ratio_0.1": 1.10}
+SPANS_PER_RUN = {"tracing": 11, "detail_step": 6, "detail_run": 2}
 
 
 def run_variant(variant: str, backend: str, runs: int) -> dict[str, float]:
-    """One W2 in a fresh process with `variant` attached ("tracing@R": tracing with the
-    SDK's traceidratio sampler at ratio R, from OTEL_TRACES_SAMPLER): its result metrics."""
+    """One W2 in a fresh process with `variant` attached (a name of VARIANTS, or "tracing@R":
+    tracing with the SDK's traceidratio sampler at ratio R): its result metrics."""
     observe, _, ratio = variant.partition("@")
-    env = {**os.environ, "TETHER_BENCH_OBSERVE": "" if observe == "off" else observe,
-           "TETHER_BENCH_W2_FLOOR": "0"}
+    env = {**os.environ, "TETHER_BENCH_W2_FLOOR": "0", "TETHER_BENCH_OBSERVE": "",
+           **VARIANTS[observe]}
     if ratio:
         env.update(OTEL_TRACES_SAMPLER="traceidratio", OTEL_TRACES_SAMPLER_ARG=ratio)
     out = subprocess.run([sys.executable, "-m", "bench.workloads", "W2", backend, str(runs)],
@@ -164,6 +183,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-floor", action="store_true", help="skip the SDK floor")
     parser.add_argument("--sampled", type=float, metavar="RATIO",
                         help="also trace with the traceidratio sampler at RATIO (0..1)")
+    parser.add_argument("--variants", default=",".join(DEFAULT),
+                        help=f"comma-separated, of {', '.join(VARIANTS)} (default: "
+                             f"{','.join(DEFAULT)})")
     parser.add_argument("--floor-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.floor_child is not None:
@@ -174,7 +196,12 @@ def main(argv: list[str]) -> int:
         parser.error("--rounds and --runs must be at least 1")
     if args.sampled is not None and not 0.0 <= args.sampled <= 1.0:
         parser.error("--sampled takes a ratio within 0..1")
-    variants = VARIANTS + ((f"tracing@{args.sampled:g}",) if args.sampled is not None else ())
+    chosen = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    unknown = [v for v in chosen if v not in VARIANTS]
+    if unknown or "off" not in chosen:
+        parser.error(f"--variants: {', '.join(unknown) or 'off is the reference and must be '}"
+                     f"{' unknown' if unknown else 'listed'}; known: {', '.join(VARIANTS)}")
+    variants = chosen + ((f"tracing@{args.sampled:g}",) if args.sampled is not None else ())
     load0 = os.getloadavg()
     rows: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
     floors: dict[str, list[float]] = {"tracer": [], "readable": []}
@@ -218,9 +245,21 @@ def main(argv: list[str]) -> int:
         if got:
             floor = statistics.median(got)
             print(f"| {names[mode]} | {floor:.3f} | | | +{floor / off:.3f} of off | | |")
-    for variant in variants[2:]:
-        made = sorted({m.get("spans_exported", 0) for m in rows[variant]})
-        print(f"spans exported per {variant} run: {made} (W2 makes {args.runs * 11})")
+    if "tracing" in rows and floors["tracer"]:
+        # Every run traced: what tether adds to what the SDK takes for the same spans, round
+        # by round (each round's off, tracing and floor ran back to back).
+        shares = [(t["cpu_s"] - o["cpu_s"] - f) / f for t, o, f in
+                  zip(rows["tracing"], rows["off"], floors["tracer"], strict=True)]
+        print(f"| tether's own share of tracing every run (tracing - off - sdk_floor, over "
+              f"sdk_floor) | | | | {statistics.median(shares):+.1%} | "
+              f"{', '.join(f'{x:+.1%}' for x in shares)} | <= 10% |")
+    for variant in variants:
+        if "spans_exported" not in rows[variant][0]:
+            continue
+        made = sorted({int(m["spans_exported"]) for m in rows[variant]})
+        per = SPANS_PER_RUN.get(variant)
+        print(f"spans exported per {variant} run: {made}"
+              + (f" (every run traced makes {args.runs * per})" if per else ""))
     return 0
 
 

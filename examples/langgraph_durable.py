@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections import Counter
 from typing import Annotated, Any, TypedDict
 
@@ -107,14 +108,16 @@ async def _steps(thread_ids: list[str]) -> int:
 
 async def main() -> None:
     from rich.console import Console
-    from rich.table import Table
+    from rich.table import Column, Table
 
     con = Console()
     if os.path.exists(TOOL_LOG):
         os.remove(TOOL_LOG)
     await runtime.migrate()
     async with runtime:
-        runs = [await runtime.start(support, {"question": f"q{i}"}) for i in range(3)]
+        batch = uuid.uuid4().hex[:6]  # short whole ids, new on each run of the example
+        runs = [await runtime.start(support, {"question": f"q{i}"}, thread_id=f"q{i}-{batch}")
+                for i in range(3)]
         tids = [r.thread_id for r in runs]
         con.print(f"started {len(runs)} LangGraph runs on {DB}")
         worker = _worker()
@@ -140,14 +143,16 @@ async def main() -> None:
             worker.send_signal(signal.SIGTERM)
             worker.wait()
     calls = Counter(open(TOOL_LOG).read().splitlines())
-    table = Table("thread", "status", "checkpoints", "each step once", "tool calls",
-                  "repeated", "published")
+    # Fits 80 columns: no value is cut, only the two-word headings wrap.
+    table = Table(*(Column(name, no_wrap=True) for name in ("thread_id", "status", "checkpoints")),
+                  "each step once", "tool calls",
+                  *(Column(name, no_wrap=True) for name in ("repeated", "published")))
     async with TetherSaver.from_conn_string(DB) as saver:
         for run in done:
             config: RunnableConfig = {"configurable": {"thread_id": run.thread_id}}
             steps = [t.metadata["step"] async for t in saver.alist(config)]
             mine = {k: n for k, n in calls.items() if k.startswith(run.thread_id + "|")}
-            table.add_row(run.thread_id[:12], run.status.value, str(len(steps)),
+            table.add_row(run.thread_id, run.status.value, str(len(steps)),
                           str(len(steps) == len(set(steps))), str(sum(mine.values())),
                           str(sum(n - 1 for n in mine.values())),
                           "no" if run.state["published"] == "(withheld)" else "yes")

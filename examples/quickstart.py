@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter
 
 import tether
@@ -69,14 +70,16 @@ def _worker() -> subprocess.Popen[bytes]:
 
 async def main() -> None:
     from rich.console import Console
-    from rich.table import Table
+    from rich.table import Column, Table
 
     con = Console()
     if os.path.exists(CALL_LOG):
         os.remove(CALL_LOG)
     await runtime.migrate()
     async with runtime:
-        runs = [await runtime.start(agent, {"question": f"q{i}"}) for i in range(5)]
+        batch = uuid.uuid4().hex[:6]  # short whole ids, new on each run of the example
+        runs = [await runtime.start(agent, {"question": f"q{i}"}, thread_id=f"q{i}-{batch}")
+                for i in range(5)]
         con.print(f"started {len(runs)} runs on {DB}; starting worker A")
         a = _worker()
         while True:  # kill A once about half of all steps are committed
@@ -98,13 +101,15 @@ async def main() -> None:
             b.wait()
         con.print(f"all runs finished {time.monotonic() - t0:.1f} s after the kill")
         calls = Counter(open(CALL_LOG).read().split("\n")[:-1])
-        table = Table("thread_id", "status", "steps before kill", "steps total",
-                      "steps committed twice", "LLM calls repeated")
+        # Fits 80 columns: the id and status are never cut, the headings wrap between words.
+        table = Table(Column("thread_id", no_wrap=True), Column("status", no_wrap=True),
+                      "steps before kill", "steps total", "steps committed twice",
+                      "LLM calls repeated")
         for r in done:
             cps = await runtime.checkpoints(r.thread_id)
             dup_steps = len(cps) - len({c.step for c in cps})
             repeated = sum(n - 1 for k, n in calls.items() if k.startswith(r.thread_id))
-            table.add_row(r.thread_id[:12], r.status.value, str(before[r.thread_id]),
+            table.add_row(r.thread_id, r.status.value, str(before[r.thread_id]),
                           str(r.step), str(dup_steps), str(repeated))
         con.print(table)
         con.print("LLM calls are repeated only for a call in flight at the kill (its result "

@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from concurrent.futures import Executor
 from typing import Any
 
+import orjson
+
 from . import llm
 from .errors import CallTimeout, DefinitionError
 from .retry import RetryPolicy
@@ -120,3 +122,50 @@ async def in_process(pool: Callable[[], Executor] | None, fn: Callable[..., Any]
         raise DefinitionError(
             f"ctx.cpu_call({name}): its function, arguments and result go to another process "
             f"and must be picklable (a module-level function): {exc}") from None
+
+
+# -- what a call was given, for people -----------------------------------------------------
+
+ARGS_PREVIEW_MAX = 4000
+"""Characters of a call's arguments kept with its journaled result (for the run page)."""
+_SECRET_WORDS = ("key", "token", "secret", "password", "authorization", "credential")
+
+
+def _shown(value: object) -> object:
+    """A value JSON cannot carry, as people would read it (its repr, bounded)."""
+    text = repr(value)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def args_preview(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+    """A journaled call's arguments as JSON text for people (None when it had none): the
+    positional ones as a list, the keywords by name, values JSON cannot carry as their repr,
+    a keyword that names a secret (api_key, token, password...) masked; cut at
+    ARGS_PREVIEW_MAX characters. Never used to replay: a replay returns the result."""
+    if not args and not kwargs:
+        return None
+    named = {k: ("***" if any(w in k.lower() for w in _SECRET_WORDS) else v)
+             for k, v in kwargs.items()}
+    shown: dict[str, Any] = {}
+    if args:
+        shown["args"] = list(args)
+    if named:
+        shown["kwargs"] = named
+    try:
+        text = orjson.dumps(shown, default=_shown, option=orjson.OPT_NON_STR_KEYS).decode()
+    except (TypeError, orjson.JSONEncodeError):  # e.g. an int too large, a recursive value
+        text = orjson.dumps({k: _shown(v) for k, v in shown.items()}).decode()
+    if len(text) > ARGS_PREVIEW_MAX:
+        text = text[:ARGS_PREVIEW_MAX - 1] + "…"
+    return text
+
+
+def args_of(text: str | None) -> Any:
+    """A stored arguments preview read back: its JSON value, or the text itself when it was
+    cut (no longer JSON)."""
+    if text is None:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text

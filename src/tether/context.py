@@ -208,7 +208,8 @@ class Context:
             value = await calls.attempts(lambda: calls.invoke(fn, args, kwargs), name, timeout,
                                          retry, self._on_retry(idx, name))
         data, decoded, usage = self._encode(idx, name, value)
-        await self._store.record_call(self._lease, self.step, idx, name, data)
+        await self._store.record_call(self._lease, self.step, idx, name, data,
+                                      calls.args_preview(args, kwargs))
         if obs is not None:
             obs.call(self.step, name, False, started, time.time(),
                      _gen_ai(decoded, usage, kwargs))
@@ -240,7 +241,8 @@ class Context:
         if inspect.isawaitable(value):
             value = await value
         data, decoded, usage = self._encode(idx, name, value)
-        await self._store.record_call(self._lease, self.step, idx, name, data)
+        await self._store.record_call(self._lease, self.step, idx, name, data,
+                                      calls.args_preview(args, kwargs))
         if obs is not None:
             obs.call(self.step, name, False, started, time.time(),
                      _gen_ai(decoded, usage, kwargs))
@@ -295,7 +297,8 @@ class Context:
         value = await calls.attempts(lambda: calls.stream(fn, args, kwargs, forward, assemble),
                                      name, timeout, retry, self._on_retry(idx, name))
         data, decoded, usage = self._encode(idx, name, value)
-        await self._store.record_call(self._lease, self.step, idx, name, data)
+        await self._store.record_call(self._lease, self.step, idx, name, data,
+                                      calls.args_preview(args, kwargs))
         if obs is not None:
             obs.call(self.step, name, False, started, time.time(),
                      _gen_ai(decoded, usage, kwargs))
@@ -319,7 +322,8 @@ class Context:
         started = time.time() if obs is not None else 0.0
         value = await calls.in_process(self._cpu, fn, args, kwargs, name)
         data, decoded, _ = self._encode(idx, name, value)
-        await self._store.record_call(self._lease, self.step, idx, name, data)
+        await self._store.record_call(self._lease, self.step, idx, name, data,
+                                      calls.args_preview(args, kwargs))
         if obs is not None:
             obs.call(self.step, name, False, started, time.time())
         return decoded  # type: ignore[no-any-return]

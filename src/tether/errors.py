@@ -26,6 +26,11 @@ A node task whose run is cancelled or whose lease is lost receives asyncio.Cance
 from __future__ import annotations
 
 
+def with_article(name: str) -> str:
+    """A type's name with its article, for messages: "an int", "a dict", "an Agent"."""
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
 class TetherError(Exception):
     """Base class of every error tether raises."""
 

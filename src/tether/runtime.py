@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from . import deploy, serde, starting
 from .agent import Agent
+from .calls import args_of
 from .closing import stop_local
 from .config import Settings, redact, resolve
 from .context import Message
@@ -413,9 +414,10 @@ class Runtime:
         return [checkpoint_of(cp, state) for cp, state in await states_after(self.store, rec)]
 
     async def calls(self, thread_id: str, step: int) -> list[Call]:
-        """The results step `step` of the run journaled, in call order."""
+        """The results step `step` of the run journaled, in call order, each with what its
+        call was given."""
         await self._record(thread_id)
-        return [Call(thread_id, step, r.idx, r.name, serde.loads(r.result))
+        return [Call(thread_id, step, r.idx, r.name, serde.loads(r.result), args_of(r.args))
                 for r in await self.store.load_journal(thread_id, step)]
 
     async def work(self, concurrency: int | None = None, *, stop: asyncio.Event | None = None,

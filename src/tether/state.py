@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from . import serde
-from .errors import SerializationError
+from .errors import SerializationError, with_article
 
 State = dict[str, Any]
 
@@ -48,12 +48,12 @@ def delta_of(state: State, update: Mapping[str, Any] | None) -> dict[str, Any]:
     for key, value in update.items():
         if not isinstance(key, str):
             raise SerializationError(
-                f"update key {key!r} is a {type(key).__name__}; keys must be str")
+                f"update key {key!r} is {with_article(type(key).__name__)}; keys must be str")
         if isinstance(value, Append):
             cur = state.get(key)
             if cur is not None and not isinstance(cur, list):
                 raise SerializationError(
-                    f"append() to state key {key!r}, which holds a {type(cur).__name__}, "
+                    f"append() to state key {key!r}, which holds {with_article(type(cur).__name__)}, "
                     "not a list")
             appends[key] = list(value.items)
         else:

@@ -157,13 +157,17 @@ class Effect:
 class Call:
     """One result a step journaled (ctx.call, and the engine's own timers and values): its
     index in the step, the function's name and the recorded result, as a re-execution of
-    the step would replay it."""
+    the step would replay it; and what the call was given (`args`: {"args": [...],
+    "kwargs": {...}} as JSON values, secrets masked, values JSON cannot carry as their repr;
+    None for a call with no arguments, the engine's own values, or one journaled before
+    tether kept arguments; a string when the preview was cut at 4,000 characters)."""
 
     thread_id: str
     step: int
     index: int
     name: str
     result: Any
+    args: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}

@@ -257,6 +257,9 @@ class Worker:
                     # Our own lease expired (a blocked loop) and we re-claimed the run: the old
                     # task's epoch is stale, so abandon it before the new one takes its place.
                     self.cancel_local(rec.thread_id, "superseded")
+                    if rec.taken_from is not None and rec.taken_from != self.id:
+                        log.info("worker %s: took over run %s from worker %s (its lease "
+                                 "expired)", self.id, rec.thread_id, rec.taken_from)
                     lease = Lease(rec.thread_id, self.id, rec.epoch)
                     self._leases[rec.thread_id] = lease
                     self._renewals.track(lease, since)

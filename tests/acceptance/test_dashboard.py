@@ -131,13 +131,14 @@ def test_answer_in_inbox_and_watch_the_run_complete_live(server: Server,
         # A step's own page: its journaled calls, and its diff from the step before.
         watcher.locator("table.timeline > tbody > tr").first.get_by_role("link", name="1").click()
         expect(watcher).to_have_url(re.compile(rf"/ui/runs/{tid}/steps/1$"))
-        expect(watcher.locator("table.calls tbody tr td")).to_have_text(
-            ["0", re.compile("suggest_reply"), re.compile(r'"text": "reply to invoice 7"')])
+        expect(watcher.locator("table.calls tbody tr td")).to_have_text(  # arguments, result
+            ["0", re.compile("suggest_reply"), re.compile(r'"args": \[\s*"invoice 7"\s*\]'),
+             re.compile(r'"text": "reply to invoice 7"')])
         expect(watcher.get_by_text("This is the first step")).to_be_visible()
         watcher.get_by_role("link", name="Step 2").click()
         expect(watcher.locator("tr[data-path='answer'] td").nth(1)).to_have_text("added")
         expect(watcher.locator("table.calls tbody tr td")).to_have_text(  # the answer
-            ["0", "tether.interrupt", re.compile(r'"note": "ok"')])
+            ["0", "tether.interrupt", "-", re.compile(r'"note": "ok"')])
         resp = watcher.goto(f"{server.base_url}/ui/runs/{tid}/steps/9")
         assert resp is not None and resp.status == 404
         expect(error_banner(watcher)).to_contain_text("has no committed step 9")

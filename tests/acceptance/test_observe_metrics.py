@@ -11,36 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 import tether
 from apps import TESTS_DIR, Workers, eventually
 from apps import observe_app as app
+from apps.scrape import free_port, scrape, total
 
 RUNS = 50
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def scrape(port: int) -> tuple[str, dict[str, list[tuple[dict[str, str], float]]]]:
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            samples.setdefault(s.name, []).append((s.labels, s.value))
-    return text, samples
-
-
-def total(samples: dict[str, list[tuple[dict[str, str], float]]], name: str, **labels: str
-          ) -> float:
-    return sum(v for lab, v in samples.get(name, [])
-               if all(lab.get(k) == want for k, want in labels.items()))
 
 
 async def test_scraped_counters_equal_the_true_counts(db_url: str, tmp_path: Path) -> None:
@@ -95,6 +73,7 @@ async def test_scraped_counters_equal_the_true_counts(db_url: str, tmp_path: Pat
     assert total(samples, "tether_run_duration_seconds_count", status="completed") == completed
     assert total(samples, "tether_queue_wait_seconds_count") == RUNS
     assert total(samples, "tether_lease_takeovers_total") == 0
+    assert total(samples, "tether_leases_lost_total") == 0
     assert {lab["state"] for lab, _ in samples["tether_worker_slots"]} == {"busy", "free"}
     # Histograms in seconds, 1 ms to 1 h.
     bounds = {lab["le"] for lab, _ in samples["tether_step_duration_seconds_bucket"]}

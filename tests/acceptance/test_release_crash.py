@@ -46,7 +46,7 @@ async def test_release_lets_a_restart_skip_the_dead_workers_ttl(db_url: str, tmp
                 [sys.executable, "-m", "tether", "workers", "release", owner, "--db", db_url],
                 capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path)
             assert out.returncode == 0, out.stderr
-            assert out.stdout.strip() == f"released 1 run(s) of {owner}: {run.thread_id}"
+            assert out.stdout.strip() == f"released 1 run of {owner}: {run.thread_id}"
             freed = await rt.peek(run.thread_id)
             assert (freed.status, freed.lease_owner) == ("queued", None)
 

@@ -181,6 +181,18 @@ def holds_write_lock(db_url: str) -> bool:
     return bool(row and row[0])
 
 
+async def pause_outside_transaction(worker: WorkerProcess, db_url: str) -> None:
+    """SIGSTOP `worker` at a moment it holds no write transaction open (see
+    holds_write_lock), retrying for up to a second; fails the test otherwise."""
+    for _ in range(100):
+        worker.pause()
+        if not holds_write_lock(db_url):
+            return
+        worker.resume()  # caught inside a transaction: not the case under test
+        await asyncio.sleep(0.01)
+    raise AssertionError("could not pause the worker outside a write transaction")
+
+
 def _proc_state(pid: int) -> str | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

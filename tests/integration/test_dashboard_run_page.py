@@ -193,3 +193,42 @@ async def test_a_bad_filter_keeps_the_form_as_typed_with_its_error(db_url: str) 
         assert "No runs match" not in r.text
     finally:
         await rt.close()
+
+
+def search(query: str, *, limit: int, api_key: str, options: object = None) -> list[str]:
+    return [f"{query}-{i}" for i in range(limit)]
+
+
+class Opaque:
+    def __repr__(self) -> str:
+        return "<Opaque thing>"
+
+
+async def test_each_journaled_call_shows_what_it_was_given(db_url: str) -> None:
+    seen = Agent("seen")
+
+    @seen.node(start=True)
+    async def look(state: dict[str, Any], ctx: Context) -> Command:
+        await ctx.call(search, "tether", limit=2, api_key="sk-live-123", options=Opaque())
+        await ctx.call(reply)
+        await ctx.call(search, "x" * 5000, limit=1, api_key="k")
+        return finish({})
+
+    rt = make_runtime(db_url, seen)
+    async with inprocess.working(rt):
+        run = await rt.start("seen", {})
+        assert (await rt.wait(run.thread_id, timeout=WAIT)).status == "completed"
+        calls = await rt.calls(run.thread_id, 1)
+        assert calls[0].args == {"args": ["tether"], "kwargs": {
+            "limit": 2, "api_key": "***", "options": "<Opaque thing>"}}
+        assert calls[0].result == ["tether-0", "tether-1"]
+        assert calls[1].args is None  # no arguments
+        cut = calls[2].args
+        assert isinstance(cut, str) and len(cut) == 4000 and cut.endswith("…")
+        app = create_app(rt)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://127.0.0.1") as c:
+            page = (await c.get(f"/ui/runs/{run.thread_id}/steps/1")).text
+        assert "<th>arguments</th>" in page
+        assert "&#34;api_key&#34;: &#34;***&#34;" in page and "sk-live-123" not in page
+        assert "&lt;Opaque thing&gt;" in page  # escaped, never markup

@@ -518,7 +518,7 @@ async def test_a_dry_run_previews_the_removals_and_the_compaction(db_url: str,
         assert dry[False].compacted_rows > dry[True].compacted_rows > 0  # interrupts kept
         preview = dry[True]
         assert cli.returncode == 0, cli.stderr
-        assert "would remove 1 runs" in cli.stdout, cli.stdout
+        assert "would remove 1 run " in cli.stdout, cli.stdout
         assert f"would compact 2 runs ({preview.compacted_rows} rows)" in cli.stdout, cli.stdout
         real = await rt.prune(completed="30d", keep_steps=4, keep_interrupts=True)
         assert (real.runs, real.compacted_runs, real.compacted_rows) == (

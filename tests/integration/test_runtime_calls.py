@@ -42,7 +42,8 @@ async def test_calls_lists_each_steps_journal_in_call_order(db_url: str) -> None
         calls = await rt.calls(run.thread_id, 1)
         assert [(c.thread_id, c.step, c.index) for c in calls] == [
             (run.thread_id, 1, 0), (run.thread_id, 1, 1)]
-        assert calls[0] == Call(run.thread_id, 1, 0, calls[0].name, {"item": "tea", "price": 12})
+        assert calls[0] == Call(run.thread_id, 1, 0, calls[0].name, {"item": "tea", "price": 12},
+                                {"args": ["tea"]})
         assert calls[0].name.endswith("lookup") and calls[1].name.endswith("uuid4")
         assert calls[1].result == uuid.UUID(done.state["ref"])  # the typed value, read back
         assert await rt.calls(run.thread_id, 2) == []

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import tether
-from apps import Workers, eventually, holds_write_lock, pid_of
+from apps import Workers, eventually, pause_outside_transaction, pid_of
 from apps import chaos_app as app
 
 pytestmark = pytest.mark.slow
@@ -45,14 +45,7 @@ async def test_zombie_worker_commits_nothing_after_takeover(db_url: str, tmp_pat
             await eventually(all_in_slow_step, timeout=30, what="every run in its slow step",
                              workers=workers)
             slow_since = time.monotonic()
-            for _ in range(100):
-                zombie.pause()
-                if not holds_write_lock(db_url):
-                    break
-                zombie.resume()  # caught inside a transaction: not the case under test
-                await asyncio.sleep(0.01)
-            else:
-                pytest.fail("could not pause the worker outside a write transaction")
+            await pause_outside_transaction(zombie, db_url)
 
             async def leases_expired() -> bool:
                 now = await rt.store.now()

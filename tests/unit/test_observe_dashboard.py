@@ -17,7 +17,7 @@ def exported() -> dict[str, set[str]]:
     given one series so its samples appear)."""
     m = Metrics()
     for c in (m.started, m.finished, m.steps, m.retries, m.failures, m.released, m.calls,
-              m.effects, m.parks, m.mail_delivered, m.mail_sent):
+              m.effects, m.parks, m.mail_delivered, m.mail_sent, m.takeovers):
         c.inc(("x",) * 3)  # arity does not matter to the names
     for h in (m.step_seconds, m.run_seconds, m.queue_wait, m.call_seconds, m.effect_seconds):
         h.observe(("x",) * 2, 0.1)

@@ -17,7 +17,7 @@ import orjson
 
 from .. import eventloop, serde
 from ..config import loading_app, resolve_app
-from ..errors import AppImportError, ConfigError, TetherError
+from ..errors import AppImportError, ConfigError, TetherError, with_article
 from ..runtime import Runtime
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -68,7 +68,8 @@ def load_app(target: str, source: str = "--app") -> Runtime:
                 f"app {target} ({source}): calling it (with no arguments) to get the Runtime "
                 f"failed: {exc!r}") from exc
     if not isinstance(obj, Runtime):
-        raise AppImportError(f"{target} ({source}) is a {type(obj).__name__}, not a tether.Runtime")
+        raise AppImportError(f"{target} ({source}) is {with_article(type(obj).__name__)}, "
+                             "not a tether.Runtime")
     return obj
 
 
@@ -147,6 +148,11 @@ def json_value(text: str, flag: str) -> Any:
         raise ConfigError(f"{flag} is not valid JSON: {exc}{hint}") from None
 
 
+def plural(n: int, word: str) -> str:
+    """`n` and `word`, its plural when `n` is not 1: "1 run", "2 runs", "1,000 steps"."""
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
 def cli_actor() -> str:
     """Who the audit log names for the CLI's actions: the OS user."""
     import getpass
@@ -161,77 +167,110 @@ def dump(obj: Any) -> None:
     sys.stdout.write(serde.display(obj, orjson.OPT_INDENT_2).decode() + "\n")
 
 
+def spaced_json(value: Any) -> str:
+    """`value` as JSON for a table cell: a space after each comma and colon (a terminal too
+    narrow for it wraps there, not inside a token), rich markup escaped ("[x]" is text)."""
+    import json
+
+    from rich.markup import escape
+
+    plain = orjson.loads(serde.display(value))
+    return escape(json.dumps(plain, ensure_ascii=False, separators=(", ", ": ")))
+
+
 def console() -> Any:
     from rich.console import Console
 
     return Console()
 
 
-def id_column(table: Any, name: str, ids: list[str]) -> None:
-    """A column of ids, never cut or wrapped (they are copied into the next command): the
-    other columns fold instead."""
-    table.add_column(name, no_wrap=True, overflow="ignore",
-                     min_width=max([len(name), *map(len, ids)]))
-
-
 def _table_of(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]], *,
-             optional: Collection[str] = (), width: int, **kwargs: Any) -> Any:
+             optional: Collection[str] = (), width: int, title: str | None = None,
+             **kwargs: Any) -> Any:
     """What print_table prints, for a terminal `width` columns wide: a rich Table, or, when
     its columns cannot fit (rich would cut them to an ellipsis), the rows as records."""
+    from rich.cells import cell_len
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
     keep = [i for i, (name, _) in enumerate(columns)
             if name not in optional or any(row[i] for row in rows)]
-    least = {i: max([len(columns[i][0]), *(len(w) for row in rows
-                                            for w in Text.from_markup(row[i]).plain.split())])
-             for i in keep}
-    # Each column costs its border and padding (3); a text column needs a few characters.
-    whole = sum(least[i] if columns[i][1] != "text" else 8 for i in keep) + 3 * len(keep) + 1
-    if whole > width and rows:
-        return Group(*(_record([columns[i] for i in keep], [row[i] for i in keep])
-                       for row in rows))
+    cells = {i: [columns[i][0], *(Text.from_markup(row[i]).plain for row in rows)] for i in keep}
+    # The narrowest a column may be (its longest word: a text column folds anywhere, so a
+    # few characters), and the width of its longest line.
+    least = {i: min(8, natural) if columns[i][1] == "text" else natural for i in keep
+             for natural in [max(cell_len(w) for c in cells[i] for w in c.split() or [""])]}
+    widths = {i: max(least[i], *(cell_len(line) for c in cells[i] for line in c.splitlines()
+                                 or [""])) for i in keep}
+    # Each column costs its border and padding (3).
+    room = width - 3 * len(keep) - 1
+    if sum(least.values()) > room and rows:
+        records = [_record([columns[i] for i in keep], [row[i] for i in keep], title)
+                   for row in rows]
+        caption = kwargs.get("caption")
+        return Group(*records, *([Text(caption, style="dim")] if caption else []))
+    # Narrow the widest columns first, none below its least; rich would narrow a column
+    # below its longest word (cutting it) and widen it back past the terminal.
+    while sum(widths.values()) > room:
+        widest = max(widths[i] for i in keep if widths[i] > least[i])
+        for i in keep:
+            if widths[i] == widest > least[i] and sum(widths.values()) > room:
+                widths[i] -= 1
     table = Table(**kwargs)
     for i in keep:
         name, kind = columns[i]
         if kind == "id":
-            id_column(table, name, [row[i] for row in rows])
-        elif kind == "word":
-            table.add_column(name, overflow="fold", min_width=least[i])
+            table.add_column(name, no_wrap=True, overflow="ignore", width=widths[i])
         else:
-            table.add_column(name, overflow="fold")
+            table.add_column(name, overflow="fold", width=widths[i])
     for row in rows:
         table.add_row(*(row[i] for i in keep))
     return table
 
 
-def _record(columns: Sequence[tuple[str, str]], row: Sequence[str]) -> Any:
-    """One row as a record: its ids on a line, then each other value under its name."""
+def _record(columns: Sequence[tuple[str, str]], row: Sequence[str],
+            title: str | None = None) -> Any:
+    """One row as a record: a title line (`title` formatted with the row's values by column
+    name; else its ids; else its first value), then each other value under its name."""
+    import collections
+    import string
+
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
+    values = {name: value for (name, _), value in zip(columns, row, strict=True)}
+    if title is not None:
+        named = {field for _, field, _, _ in string.Formatter().parse(title) if field}
+        heading = title.format_map(collections.defaultdict(str, values))  # a column left out: ""
+    else:
+        named = {name for name, kind in columns if kind == "id"} or {columns[0][0]}
+        heading = "  ".join(values[name] for name, _ in columns if name in named)
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="dim")
     grid.add_column(overflow="fold")
-    for (name, kind), value in zip(columns, row, strict=True):
-        if kind != "id" and value:
+    for (name, _), value in zip(columns, row, strict=True):
+        if name not in named and value:
             grid.add_row(f"  {name}", value)
-    ids = "  ".join(v for (_, kind), v in zip(columns, row, strict=True) if kind == "id")
-    return Group(Text(ids, style="bold"), grid, Text(""))
+    return Group(Text.from_markup(heading, style="bold"), grid, Text(""))
 
 
 def print_table(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]], *,
-                optional: Collection[str] = (), **kwargs: Any) -> None:
+                optional: Collection[str] = (), title: str | None = None,
+                **kwargs: Any) -> None:
     """Rows under named columns, readable in any terminal: (name, kind) per column, "id"
-    (never cut or wrapped: see id_column), "word" (a status, a version, a name: as wide as
-    its longest word) or "text" (folded anywhere). A column named in `optional` that no row
-    has a value for is left out. When the columns cannot fit the terminal, each row is
-    printed as a record (name and value per line) instead of being cut. `kwargs` go to the
-    Table (a caption, a title)."""
+    (never cut or wrapped: it is copied into the next command), "word" (a status, a
+    version, a name: as wide as its longest word), "words" (a list, key=value pairs, JSON:
+    wrapped between its words, never inside one) or "text" (folded anywhere). A column
+    named in `optional` that no row has a value for is left out. When the columns cannot
+    fit the terminal, each row is printed as a record instead of being cut: titled by
+    `title` (a format string over the column names, e.g. "step {step} · {node}"; default:
+    the row's ids, else its first value), then each other value under its name. `kwargs` go
+    to the Table (a caption)."""
     out = console()
-    out.print(_table_of(columns, rows, optional=optional, width=out.width, **kwargs))
+    out.print(_table_of(columns, rows, optional=optional, width=out.width, title=title,
+                        **kwargs))
 
 
 # -- options ----------------------------------------------------------------------------------

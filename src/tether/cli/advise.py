@@ -19,7 +19,7 @@ from ..advise import (
     span,
 )
 from ..store.measure import LoadStats
-from ._common import connection_options, console, dump, json_option, run, runtime_for
+from ._common import connection_options, console, dump, json_option, plural, run, runtime_for
 from ._root import cli
 
 NON_NEGATIVE = click.FloatRange(min=0)
@@ -44,8 +44,9 @@ def _what_if_options(f: Any) -> Any:
     return f
 
 
-@cli.command("advise", help="what to run for your load (measured with --measure, or what-if "
-             "flags), and when it stops being enough")
+@cli.command("advise", short_help="what to run for your load, and when it stops being enough",
+             help="what to run for your load (measured with --measure, or what-if "
+                  "flags), and when it stops being enough")
 @click.option("--measure", is_flag=True, help="read the load from the store (and probe its "
               "write rate unless --no-probe)")
 @click.option("--window", default="24h", show_default=True, metavar="DURATION",
@@ -123,7 +124,8 @@ def _fleet_reasons(fleet: dict[str, Any], advice: Advice, inputs: Inputs) -> lis
                        f"connections (pool {POOL_DEFAULT} each) of max_connections "
                        f"{int(mc.value)} (measured)")
     if fleet["stranded"]:
-        out.append(f"{fleet['stranded']} runs are stranded (no live worker of their version): "
+        out.append(f"{plural(fleet['stranded'], 'run')} "
+                   f"{'is' if fleet['stranded'] == 1 else 'are'} stranded (no live worker of their version): "
                    "see tether deploy status")
     return out
 

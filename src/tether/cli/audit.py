@@ -6,16 +6,17 @@ import datetime as dt
 from typing import Any
 
 import click
-import orjson
 
 from ..runtime import Runtime
 from ..store.base import AUDIT_ACTIONS
+from ..types import AuditEvent
 from ._common import (
     POSITIVE_INT,
     connection_options,
     json_option,
     on_runtime,
     print_table,
+    spaced_json,
 )
 from ._root import cli
 
@@ -31,17 +32,29 @@ from ._root import cli
 @json_option
 def audit(thread: str | None, action: str | None, limit: int, before: int | None,
           db: str | None, app: str | None, verbose: bool, as_json: bool) -> int:
-    def show(events: Any) -> None:
-        rows = [(str(e.id), dt.datetime.fromtimestamp(e.at, dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
-                 e.actor, e.action, e.thread_id or "", e.target or "",
-                 orjson.dumps(e.details).decode()) for e in events]
-        print_table(
-            [("id", "word"), ("time (UTC)", "word"), ("actor", "word"), ("action", "word"),
-             ("thread_id", "word"), ("target", "word"), ("details", "text")], rows,
-            optional=("thread_id", "target"))
-
     async def act(rt: Runtime) -> Any:
         return await rt.audit(thread_id=thread, action=action, limit=limit, before=before)
 
     return on_runtime(db, app, verbose, act, as_json=as_json,
-                      to_json=lambda events: [e.to_dict() for e in events], show=show)
+                      to_json=lambda events: [e.to_dict() for e in events], show=_print_events)
+
+
+def _print_events(events: list[AuditEvent]) -> None:
+    """One row per action; in a narrow terminal, one record per action titled "#id action"."""
+    rows = [(str(e.id), dt.datetime.fromtimestamp(e.at, dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
+             e.actor, e.action, e.thread_id or "", e.target or "", _details(e.details))
+            for e in events]
+    print_table(
+        [("id", "word"), ("time (UTC)", "word"), ("actor", "word"), ("action", "word"),
+         ("thread_id", "word"), ("target", "word"), ("details", "words")], rows,
+        optional=("thread_id", "target", "details"), title="#{id} {action}")
+
+
+def _details(details: dict[str, Any]) -> str:
+    """An action's details as `key=value` pairs, one a line, so that a narrow terminal wraps
+    between pairs (and inside a value only at its spaces), never inside a token: a string
+    value bare, any other as JSON."""
+    from rich.markup import escape
+
+    return "\n".join(f"{escape(key)}={escape(v) if isinstance(v, str) else spaced_json(v)}"
+                     for key, v in details.items())

@@ -19,13 +19,13 @@ from ._common import (
     dump,
     json_option,
     on_runtime,
+    plural,
     print_table,
     run,
     runtime_for,
 )
 from ._root import cli
 from .runs import runs
-from .worker import plural
 
 # `deploy status --check` exits with this when a run is stranded (2 is an error of ours).
 STRANDED = 1
@@ -119,8 +119,9 @@ def _weights(pairs: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
-@deploy.command("route", help="set the weights of new runs, e.g. v1=90 v2=10 "
-                              "(versions not named get 0)")
+@deploy.command("route", short_help="set the weights of new runs, e.g. v1=90 v2=10",
+                help="set the weights of new runs, e.g. v1=90 v2=10 "
+                     "(versions not named get 0)")
 @click.argument("weights", nargs=-1, required=True, metavar="VERSION=WEIGHT...")
 @connection_options
 @json_option
@@ -133,8 +134,9 @@ def route(weights: tuple[str, ...], db: str | None, app: str | None, verbose: bo
                       to_json=lambda found: [d.as_dict() for d in found])
 
 
-@deploy.command("drain", help="weight 0 for a version: its open runs finish on it, no new one "
-                              "lands on it")
+@deploy.command("drain", short_help="weight 0 for a version: its open runs finish on it",
+                help="weight 0 for a version: its open runs finish on it, no new one "
+                     "lands on it")
 @click.argument("version")
 @click.option("--wait", "wait_", is_flag=True, help="show the runs left by status until drained")
 @click.option("--timeout", type=POSITIVE_FLOAT, help="with --wait: give up (exit 1) after this")
@@ -187,8 +189,9 @@ def retire(version: str, db: str | None, app: str | None, verbose: bool, as_json
                       show=lambda d: print(f"{version}: retired"))
 
 
-@runs.command("upgrade", help="move parked runs (queued, waiting, sleeping) to another version, "
-                              "checked first; all or nothing")
+@runs.command("upgrade", short_help="move parked runs to another version, all or nothing",
+               help="move parked runs (queued, waiting, sleeping) to another version, "
+                    "checked first; all or nothing")
 @click.option("--from", "from_", required=True, metavar="VERSION", help="the version they are on")
 @click.option("--to", "to", required=True, metavar="VERSION", help="the version to move them to")
 @click.option("--thread", "threads", multiple=True, metavar="THREAD_ID",
@@ -219,7 +222,7 @@ def upgrade(from_: str, to: str, threads: tuple[str, ...], dry_run: bool, skip_r
         elif dry_run:
             print(f"dry run: {len(up.planned)} would move, {len(up.refused)} refused")
         elif up.refused:
-            print(f"nothing moved: {len(up.refused)} runs refused (name the others with "
+            print(f"nothing moved: {plural(len(up.refused), 'run')} refused (name the others with "
                   "--thread, or pass --skip-refused)")
             return 1
         else:

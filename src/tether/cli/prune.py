@@ -24,14 +24,16 @@ from ._common import (
     console,
     dump,
     json_option,
+    plural,
     run,
     runtime_for,
 )
 from ._root import cli
 
 
-@cli.command("prune", help="remove terminal runs older than their status's age (from when "
-             "they finished), with their checkpoints, journal, effects and mail")
+@cli.command("prune", short_help="remove terminal runs older than their status's age",
+             help="remove terminal runs older than their status's age (from when "
+                  "they finished), with their checkpoints, journal, effects and mail")
 @click.option("--completed", metavar="AGE", help="remove completed runs finished longer ago "
               "than this (e.g. 30d, 12h, 0s)")
 @click.option("--failed", metavar="AGE", help="the same for failed runs")
@@ -66,7 +68,7 @@ def prune_cmd(completed: str | None, failed: str | None, cancelled: str | None,
         else:
             _print(report)
         if report.stopped and caught.signals:
-            print(f"tether: stopped by {_name(caught.signals[0])} after {report.runs:,} runs; "
+            print(f"tether: stopped by {_name(caught.signals[0])} after {plural(report.runs, 'run')}; "
                   "run it again to finish the job", file=sys.stderr)
             return 128 + caught.signals[0]
         return 0
@@ -141,8 +143,8 @@ class _Progress:
     def update(self, report: Report) -> None:
         if self._live is not None:
             rate = report.rows / report.seconds if report.seconds else 0
-            self._live.update(f"pruned {report.runs:,} runs, {report.rows:,} rows "
-                              f"({rate:,.0f} rows/s); compacted {report.compacted_runs:,} runs")
+            self._live.update(f"pruned {plural(report.runs, 'run')}, {plural(report.rows, 'row')} "
+                              f"({rate:,.0f} rows/s); compacted {plural(report.compacted_runs, 'run')}")
 
     def __exit__(self, *exc: object) -> None:
         if self._live is not None:
@@ -154,11 +156,11 @@ def _print(report: Report) -> None:
 
     c = console()
     verb = "would remove" if report.dry_run else "removed"
-    c.print(f"{verb} {report.runs:,} runs"
+    c.print(f"{verb} {plural(report.runs, 'run')}"
             + (f" ({report.bytes:,} bytes of payloads)" if report.dry_run else
-               f" and {report.rows:,} rows in {report.seconds:.1f} s")
+               f" and {plural(report.rows, 'row')} in {report.seconds:.1f} s")
             + (f"; {'would compact' if report.dry_run else 'compacted'} "
-               f"{report.compacted_runs:,} runs ({report.compacted_rows:,} rows)"
+               f"{plural(report.compacted_runs, 'run')} ({plural(report.compacted_rows, 'row')})"
                if report.compacted_runs else ""))
     if report.by:
         table = Table("status", "agent", "runs")

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import click
-import orjson
 
 from .. import serde
 from ..errors import ConfigError
@@ -28,6 +27,7 @@ from ._common import (
     print_table,
     run,
     runtime_for,
+    spaced_json,
 )
 from ._root import cli
 
@@ -93,9 +93,10 @@ def _why_still(r: Run) -> str:
 STATUSES = tuple(s.value for s in RunStatus)
 
 
-@runs.command("wait", help="wait until a run is finished, or in one of the --until statuses; "
-                           "exit 0 completed (or in a --until status), 1 failed, 3 cancelled, "
-                           "4 timed out")
+@runs.command("wait", short_help="wait for a run to finish; its exit status says how it ended",
+              help="wait until a run is finished, or in one of the --until statuses; "
+                   "exit 0 completed (or in a --until status), 1 failed, 3 cancelled, "
+                   "4 timed out")
 @click.argument("thread_id")
 @click.option("--until", multiple=True, type=click.Choice(STATUSES),
               help="return once the run is in this status (repeatable; default: finished)")
@@ -262,17 +263,21 @@ def fork(thread_id: str, step: int, new_thread_id: str | None, db: str | None,
 @json_option
 def checkpoints(thread_id: str, state: bool, db: str | None, app: str | None, verbose: bool,
                 as_json: bool) -> int:
-    def show(cps: Any) -> None:
-        rows = [(str(cp.step), cp.node, cp.next_node or "-", KINDS.get(cp.kind, cp.kind),
-                 cp.worker, str(cp.attempt), f"{cp.duration * 1000:.1f}", ", ".join(cp.state))
-                for cp in cps]
-        print_table(
-            [("step", "word"), ("node", "word"), ("next", "word"), ("kind", "word"),
-             ("worker", "id"), ("attempt", "word"), ("ms", "word"), ("state keys", "text")],
-            rows, caption="kind: delta (the changes of the step) or snapshot (the whole state)")
-
     return on_runtime(db, app, verbose, lambda rt: rt.checkpoints(thread_id), as_json=as_json,
-                      to_json=lambda cps: [_cp_dict(cp, state) for cp in cps], show=show)
+                      to_json=lambda cps: [_cp_dict(cp, state) for cp in cps],
+                      show=_print_checkpoints)
+
+
+def _print_checkpoints(cps: list[Checkpoint]) -> None:
+    """One row per step; in a narrow terminal, one record per step titled "step N · node"."""
+    rows = [(str(cp.step), cp.node, cp.next_node or "-", KINDS.get(cp.kind, cp.kind),
+             cp.worker, str(cp.attempt), f"{cp.duration * 1000:.1f}", ", ".join(cp.state))
+            for cp in cps]
+    print_table(
+        [("step", "word"), ("node", "word"), ("next", "word"), ("kind", "word"),
+         ("worker", "id"), ("attempt", "word"), ("ms", "word"), ("state keys", "words")],
+        rows, title="step {step} · {node}",
+        caption="kind: delta (the changes of the step) or snapshot (the whole state)")
 
 
 KINDS = {"d": "delta", "s": "snapshot"}
@@ -312,8 +317,8 @@ def interrupts(thread_id: str | None, show_all: bool, limit: int, db: str | None
 
 
 def _print_interrupts(items: list[Interrupt]) -> None:
-    rows = [(i.id, i.thread_id, str(i.step), i.status, orjson.dumps(i.payload).decode(),
-             "" if i.status == "pending" else orjson.dumps(i.value).decode()) for i in items]
+    rows = [(i.id, i.thread_id, str(i.step), i.status, spaced_json(i.payload),
+             "" if i.status == "pending" else spaced_json(i.value)) for i in items]
     print_table(
         [("id", "id"), ("thread_id", "id"), ("step", "word"), ("status", "word"),
-         ("payload", "text"), ("value", "text")], rows, optional=("value",))
+         ("payload", "words"), ("value", "words")], rows, optional=("value",))

@@ -19,12 +19,13 @@ from ..errors import ConfigError
 from ..retention import parse_age
 from ..runtime import Runtime
 from ..worker import Worker
-from ._common import PORT, POSITIVE_FLOAT, POSITIVE_INT, connection_options, run, runtime_for
+from ._common import PORT, POSITIVE_FLOAT, POSITIVE_INT, connection_options, plural, run, runtime_for
 from ._root import cli
 
 
-@cli.command("worker", help="run a worker process (SIGTERM or Ctrl-C: finish or give back the "
-                            "runs it holds within TETHER_SHUTDOWN_GRACE seconds, then exit)")
+@cli.command("worker", short_help="run a worker process (SIGTERM or Ctrl-C stops it cleanly)",
+             help="run a worker process (SIGTERM or Ctrl-C: finish or give back the "
+                  "runs it holds within TETHER_SHUTDOWN_GRACE seconds, then exit)")
 @click.option("--concurrency", type=POSITIVE_INT, default=None,
               help="runs this worker drives at once (default $TETHER_CONCURRENCY, else "
                    "concurrency in [tool.tether], else 100)")
@@ -109,10 +110,6 @@ def stopped_line(workers: list[Worker], signals: list[int]) -> str:
         line += (f"; {plural(held, 'run')} still leased (claimable again after the lease TTL, "
                  f"{workers[0].settings.lease_ttl:g}s)")
     return line
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
 def describe(rt: Runtime, app_flag: str | None, metrics_port: int | None = None) -> str:

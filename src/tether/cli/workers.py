@@ -15,6 +15,7 @@ from ._common import (
     dump,
     json_option,
     on_runtime,
+    plural,
     print_table,
     run,
     runtime_for,
@@ -23,6 +24,7 @@ from ._root import cli
 
 
 @cli.group("workers", invoke_without_command=True,
+           short_help="registered workers, and releasing a worker's leases",
            help="registered workers: version, agents, slots, last heartbeat (the default), "
                 "and releasing a worker's leases")
 @connection_options
@@ -51,8 +53,9 @@ def workers(ctx: click.Context, db: str | None, app: str | None, verbose: bool,
                       to_json=lambda found: [w.as_dict() for w in found], show=show)
 
 
-@workers.command("release", help="give back every run and effect a worker leases now (any worker "
-                                 "resumes them); the worker, if alive, is fenced out")
+@workers.command("release", short_help="give back every run and effect a worker leases now",
+                  help="give back every run and effect a worker leases now (any worker "
+                       "resumes them); the worker, if alive, is fenced out")
 @click.argument("worker_id")
 @connection_options
 @json_option
@@ -66,7 +69,7 @@ def release(worker_id: str, db: str | None, app: str | None, verbose: bool, as_j
         if as_json:
             dump({"worker": worker_id, "released": released})
         elif released:
-            print(f"released {len(released)} run(s) of {worker_id}: {' '.join(released)}")
+            print(f"released {plural(len(released), 'run')} of {worker_id}: {' '.join(released)}")
         else:
             print(f"{worker_id} leases no run (its effects, if any, were released)")
         return 0

@@ -59,12 +59,14 @@ def tracing_wanted(env: Mapping[str, str] | None = None) -> bool:
     return exporter not in ("", "none") and env.get("OTEL_SDK_DISABLED", "").lower() != "true"
 
 
-def enable_tracing(runtime: Runtime, tracer: Any) -> Any:
+def enable_tracing(runtime: Runtime, tracer: Any, detail: str | None = None) -> Any:
     """Trace what `runtime` creates and its workers drive with `tracer` (an OpenTelemetry
-    Tracer); returns the observer (tether.observe.tracing.Tracing)."""
+    Tracer), at `detail` ("call", "step" or "run"; default $TETHER_TRACE_DETAIL, else
+    "call"); returns the observer (tether.observe.tracing.Tracing). Each run is sampled or
+    not once, at its root, by the tracer's sampler: an unsampled run costs no SDK call."""
     with requires_extra("otel", "tracing"):
-        from .tracing import Tracing
-    observer = Tracing(tracer)
+        from .tracing import Tracing, trace_detail
+    observer = Tracing(tracer, trace_detail() if detail is None else detail)
     runtime.hub.observe(observer)
     return observer
 

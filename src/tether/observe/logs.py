@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import IO, Any
 
@@ -31,8 +32,10 @@ class JsonLogs:
         self.stream = stream
         # Queue waits of runs first claimed here, until they finish (a retry or a resume is
         # another drive of the run); bounded, oldest forgotten first.
-        self.waits: dict[str, float] = {}
-        self.execs: dict[str, float] = {}
+        # Ordered: the oldest is dropped past 100,000 in O(1) (a plain dict's first key is
+        # found by scanning the slots of every key deleted before it).
+        self.waits: OrderedDict[str, float] = OrderedDict()
+        self.execs: OrderedDict[str, float] = OrderedDict()
         """Steps' time of runs whose drive here ended open (parked, released), by thread_id."""
 
     def write(self, record: dict[str, Any]) -> None:
@@ -69,7 +72,7 @@ class _RunLog:
         self.exec = log.execs.pop(run.thread_id, 0.0)  # its earlier drives in this process
         if run.step == 0 and run.attempt <= 1:
             if len(log.waits) >= 100_000:
-                del log.waits[next(iter(log.waits))]
+                log.waits.popitem(last=False)
             log.waits[run.thread_id] = max(0.0, time.time() - run.created_at)
 
     def call(self, step: int, name: str, replayed: bool, started: float, finished: float,
@@ -90,7 +93,7 @@ class _RunLog:
         """The drive ends with the run open: its steps' time is added to the next drive's."""
         execs = self.log.execs
         if len(execs) >= 100_000:
-            del execs[next(iter(execs))]
+            execs.popitem(last=False)
         execs[self.run.thread_id] = self.exec
 
     def failed(self, step: int, node: str | None, attempt: int, started: float,

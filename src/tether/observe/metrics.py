@@ -142,7 +142,8 @@ class Metrics:
         self.parks = Counter()         # agent, kind
         self.mail_delivered = Counter()  # agent
         self.mail_sent = Counter()     # agent
-        self.takeovers = 0
+        self.takeovers = Counter()     # agent, version: expired leases this worker took over
+        self.leases_lost = 0           # leases of this worker another one took over
         self.step_seconds = Histogram()          # agent, node
         self.run_seconds = Histogram()           # agent, status
         self.queue_wait = Histogram()            # agent
@@ -188,6 +189,8 @@ class Metrics:
         if run.step == 0 and run.attempt <= 1:  # its first claim: the run starts now
             self.started.inc((run.agent, run.version))
             self.queue_wait.observe((run.agent,), max(0.0, time.time() - run.created_at))
+        if run.taken_from is not None and run.taken_from != worker:
+            self.takeovers.inc((run.agent, run.version))
         return _RunMetrics(self, run)
 
     def effect(self, effect: EffectRecord, outcome: str, started: float, finished: float) -> None:
@@ -242,10 +245,14 @@ class Metrics:
                       ["reason"], self.released)
         yield counter("tether_parks", "Runs parked by a step (interrupt, sleep, join)",
                       ["agent", "kind"], self.parks)
-        takeovers = CounterMetricFamily(
-            "tether_lease_takeovers", "Leases of this worker taken over by another worker")
-        takeovers.add_metric([], self.takeovers)
-        yield takeovers
+        yield counter("tether_lease_takeovers",
+                      "Runs this worker took over from another whose lease had expired "
+                      "(a worker killed, hung or cut off): the recoveries it made",
+                      ["agent", "version"], self.takeovers)
+        lost = CounterMetricFamily(
+            "tether_leases_lost", "Leases of this worker that another worker took over")
+        lost.add_metric([], self.leases_lost)
+        yield lost
         yield counter("tether_journal_calls", "Journaled calls, made (live) or replayed",
                       ["agent", "outcome"], self.calls)
         yield counter("tether_effects", "Effect handler calls by outcome (done, retry, dead, lost)",
@@ -364,7 +371,7 @@ class _RunMetrics:
     def released(self, reason: str) -> None:
         self.m.released.inc((reason,))
         if reason == FailureCategory.LEASE_LOST.value:
-            self.m.takeovers += 1
+            self.m.leases_lost += 1
 
 
 def serve(metrics: Metrics, port: int) -> Callable[[], None]:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -73,11 +75,15 @@ def parse_traceparent(value: str | None) -> SpanContext | None:
     return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags & 1))
 
 
+def derived_ids(thread_id: str) -> tuple[int, int]:
+    """The trace and span ids of the anchor derived from a thread_id."""
+    digest = hashlib.sha256(b"tether.run\0" + thread_id.encode()).digest()
+    return int.from_bytes(digest[:16], "big") or 1, int.from_bytes(digest[16:24], "big") or 1
+
+
 def derived_anchor(thread_id: str) -> SpanContext:
     """The anchor of a run created where nothing traced: the same for every worker."""
-    digest = hashlib.sha256(b"tether.run\0" + thread_id.encode()).digest()
-    trace_id = int.from_bytes(digest[:16], "big") or 1
-    span_id = int.from_bytes(digest[16:24], "big") or 1
+    trace_id, span_id = derived_ids(thread_id)
     return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(1))
 
 
@@ -87,6 +93,70 @@ def anchor_of(thread_id: str, trace_context: str | None) -> SpanContext:
     return found if found is not None else derived_anchor(thread_id)
 
 
+DETAILS = ("run", "step", "call")
+"""TETHER_TRACE_DETAIL: `call` (the default) a span per step and per live call; `step` a span
+per step, its calls as events; `run` one span per stretch of steps a worker drives (until the
+run ends, parks or is given back), its steps as events."""
+
+
+def trace_detail(env: Mapping[str, str] | None = None) -> str:
+    """TETHER_TRACE_DETAIL, checked (ConfigError naming the variable otherwise)."""
+    env = os.environ if env is None else env
+    raw = env.get("TETHER_TRACE_DETAIL", "").strip().lower() or "call"
+    if raw not in DETAILS:
+        raise ConfigError(f"TETHER_TRACE_DETAIL={env['TETHER_TRACE_DETAIL']!r} is not one of "
+                          f"{', '.join(DETAILS)} (call: a span per step and per call, the "
+                          "default; step: calls as events; run: steps as events)")
+    return raw
+
+
+class _Sampling:
+    """A run's sampling decision, made once at its root with the tracer's own sampler (the
+    SDK's, from OTEL_TRACES_SAMPLER; a tracer without one samples everything) and kept in the
+    sampled flag of the run's anchor: every later step on any worker follows the flag."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        self.sampler = getattr(tracer, "sampler", None)
+        # A root decision that never depends on the trace id (always_on/off, and
+        # parentbased_always_on/off for a root), known without asking the sampler per run.
+        describe = getattr(self.sampler, "get_description", None)
+        root = describe() if describe is not None else "AlwaysOnSampler"
+        if root.startswith("ParentBased{root:"):
+            root = root[len("ParentBased{root:"):].split(",", 1)[0]
+        self.root_constant = {"AlwaysOnSampler": True, "AlwaysOffSampler": False}.get(root)
+
+    def decide(self, parent: OtelContext | None, trace_id: int, attributes: Mapping[str, Any],
+               ) -> bool:
+        """The sampler's decision for a run's root span under `parent` (None: a root). The
+        ratio samplers decide by the trace id alone, so a derived anchor gets the same
+        decision in every process."""
+        if parent is None and self.root_constant is not None:
+            return self.root_constant
+        if self.sampler is None:
+            return True
+        from opentelemetry.context import Context
+
+        result = self.sampler.should_sample(Context() if parent is None else parent, trace_id,
+                                            "tether.run", attributes=attributes)
+        return bool(result.decision.is_sampled())
+
+    def derived(self, thread_id: str) -> SpanContext:
+        """The derived anchor of a run created where nothing traced, flagged as the sampler
+        decides for its trace id."""
+        anchor = derived_anchor(thread_id)
+        if self.decide(None, anchor.trace_id, {"tether.thread_id": thread_id}):
+            return anchor
+        return _unsampled(anchor)
+
+
+_UNSAMPLED_FLAGS = frozenset(f"{n:02x}" for n in range(0, 256, 2))
+"""A version-00 traceparent's last two characters when its sampled bit is clear."""
+
+
+def _unsampled(ctx: SpanContext) -> SpanContext:
+    return SpanContext(ctx.trace_id, ctx.span_id, is_remote=True, trace_flags=TraceFlags(0))
+
+
 def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
@@ -94,16 +164,20 @@ def _ns(seconds: float) -> int:
 class Tracing:
     """An Observer making spans of the runs a process creates and drives."""
 
-    def __init__(self, tracer: Tracer) -> None:
-        self.tracer = tracer
-        self._anchors: dict[str, SpanContext] = {}  # recently driven runs' stored anchors
+    def __init__(self, tracer: Tracer, detail: str = "call") -> None:
+        if detail not in DETAILS:
+            raise ConfigError(f"trace detail {detail!r} is not one of {', '.join(DETAILS)}")
+        self.tracer, self.detail = tracer, detail
+        self.sampling = _Sampling(tracer)
+        # Recently driven runs' stored anchors (None: stored as not sampled).
+        self._anchors: OrderedDict[str, SpanContext | None] = OrderedDict()
         # The anchors of runs created here, by the traceparent stored with them: a run driven
         # where it was created is not parsed again.
-        self._made: dict[str, SpanContext] = {}
+        self._made: OrderedDict[str, SpanContext] = OrderedDict()
 
-    def _remember(self, thread_id: str, anchor: SpanContext) -> None:
+    def _remember(self, thread_id: str, anchor: SpanContext | None) -> None:
         if len(self._anchors) >= 10_000:
-            del self._anchors[next(iter(self._anchors))]
+            self._anchors.popitem(last=False)  # O(1): a dict's first key is not
         self._anchors[thread_id] = anchor
 
     def run_created(self, new: NewRun, parent: RunRecord | None, traceparent: str | None,
@@ -112,9 +186,19 @@ class Tracing:
         span) when given, linking its parent run's anchor when it is a child run."""
         attributes = {"tether.thread_id": new.thread_id, "tether.agent": new.agent,
                       "tether.version": new.version}
-        # Without a caller, the anchor's trace is the one derived from the thread_id: the same
-        # trace a worker would give the run had nothing traced its creation.
-        caller = parse_traceparent(traceparent) or derived_anchor(new.thread_id)
+        # The sampler decides here, once for the run: under the caller's span, or as a root
+        # whose trace is the one derived from the thread_id (the same trace a worker would
+        # give the run had nothing traced its creation). Not sampled: no span, and the stored
+        # anchor's flag says so to every worker.
+        caller = parse_traceparent(traceparent)
+        if caller is None:
+            trace_id, span_id = derived_ids(new.thread_id)
+            if not self.sampling.decide(None, trace_id, attributes):
+                return f"00-{trace_id:032x}-{span_id:016x}-00"
+            caller = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(1))
+        elif not self.sampling.decide(set_span_in_context(NonRecordingSpan(caller)),
+                                      caller.trace_id, attributes):
+            return format_traceparent(_unsampled(caller))
         context = set_span_in_context(NonRecordingSpan(caller))
         links = None
         if parent is not None:
@@ -126,23 +210,42 @@ class Tracing:
         made = span.get_span_context()
         traceparent = format_traceparent(made)
         if len(self._made) >= 10_000:
-            del self._made[next(iter(self._made))]
+            self._made.popitem(last=False)
         # As a worker elsewhere would read it back from the store: a remote parent.
         self._made[traceparent] = SpanContext(made.trace_id, made.span_id, is_remote=True,
                                               trace_flags=made.trace_flags)
         return traceparent
 
-    def run_observer(self, run: RunRecord, worker: str) -> RunObserver:
-        made = self._made.get(run.trace_context) if run.trace_context else None
-        observer = _RunTrace(self.tracer, run, worker, made)
-        if run.trace_context:
-            self._remember(run.thread_id, observer.anchor)
-        return observer
+    def run_observer(self, run: RunRecord, worker: str) -> RunObserver | None:
+        """The run's spans while `worker` drives it; None (no SDK call at all on its step
+        path) when its anchor says the run is not sampled."""
+        stored = run.trace_context
+        if stored and len(stored) == 55 and stored[-2:] in _UNSAMPLED_FLAGS:
+            self._remember(run.thread_id, None)  # its effects are not traced either
+            return None  # the common unsampled case, before anything is parsed
+        anchor = self._made.get(stored) if stored else None
+        if anchor is None:
+            anchor = parse_traceparent(stored)
+            if anchor is None:
+                anchor = self.sampling.derived(run.thread_id)
+                stored = None
+        if stored:
+            self._remember(run.thread_id, anchor)
+        if not anchor.trace_flags.sampled:
+            return None
+        if self.detail == "run":
+            return _RunSummary(self.tracer, run, worker, anchor)
+        return _RunTrace(self.tracer, run, worker, anchor, calls_as_events=self.detail == "step")
 
     def effect(self, effect: EffectRecord, outcome: str, started: float, finished: float) -> None:
         # The effect row does not carry its run's stored anchor: the one its steps used here
         # (effects are mostly performed by the worker that ran the step), else the derived one.
-        anchor = self._anchors.get(effect.thread_id) or derived_anchor(effect.thread_id)
+        if effect.thread_id in self._anchors:
+            anchor = self._anchors[effect.thread_id]
+        else:
+            anchor = self.sampling.derived(effect.thread_id)
+        if anchor is None or not anchor.trace_flags.sampled:
+            return
         span = self.tracer.start_span(
             "tether.effect", context=set_span_in_context(NonRecordingSpan(anchor)),
             start_time=_ns(started),
@@ -166,14 +269,15 @@ class _RunTrace:
     (the SDK copies them in; nothing is set on a span afterwards), and its parent passed
     explicitly (no context attached or detached)."""
 
-    __slots__ = ("agent", "anchor", "calls", "links", "parent", "thread_id", "tracer", "version",
-                 "worker")
+    __slots__ = ("agent", "anchor", "calls", "events", "links", "parent", "thread_id", "tracer",
+                 "version", "worker")
 
     def __init__(self, tracer: Tracer, run: RunRecord, worker: str,
-                 anchor: SpanContext | None = None) -> None:
+                 anchor: SpanContext | None = None, calls_as_events: bool = False) -> None:
         self.tracer = tracer
         stored = run.trace_context
         self.anchor = anchor if anchor is not None else anchor_of(run.thread_id, stored)
+        self.events = calls_as_events
         self.parent: OtelContext = set_span_in_context(NonRecordingSpan(self.anchor))
         self.thread_id, self.agent, self.version, self.worker = (
             run.thread_id, run.agent, run.version, worker)
@@ -198,6 +302,11 @@ class _RunTrace:
         if self.calls and not span.is_recording():
             # Not sampled: its calls' spans would hang under a span nobody records (the SDK's
             # samplers decide them alike: by the parent, or by the same trace id).
+            self.calls.clear()
+        if self.calls and self.events:  # TETHER_TRACE_DETAIL=step: each call an event
+            for name, replayed, t0, _, llm in self.calls:
+                span.add_event("tether.call.replayed" if replayed else "tether.call",
+                               {"tether.call": name, **(llm or {})}, timestamp=_ns(t0))
             self.calls.clear()
         if self.calls:
             inside = None
@@ -249,6 +358,79 @@ class _RunTrace:
             span.end()
 
 
+
+class _RunSummary:
+    """TETHER_TRACE_DETAIL=run: one `tether.steps` span (a child of the anchor) for each stretch
+    of steps a worker drives, from the first step's start until the run ends, parks, fails or
+    is given back; each step an event `tether.step` (its step, node, attempt, status and
+    duration), each live call counted. One span where `call` makes two a step."""
+
+    __slots__ = ("agent", "calls", "first", "parent", "steps", "thread_id", "tracer", "version",
+                 "worker")
+
+    def __init__(self, tracer: Tracer, run: RunRecord, worker: str, anchor: SpanContext) -> None:
+        self.tracer = tracer
+        self.parent: OtelContext = set_span_in_context(NonRecordingSpan(anchor))
+        self.thread_id, self.agent, self.version, self.worker = (
+            run.thread_id, run.agent, run.version, worker)
+        self.first: float | None = None
+        self.calls = 0
+        self.steps: list[tuple[float, dict[str, Any]]] = []
+
+    def call(self, step: int, name: str, replayed: bool, started: float, finished: float,
+             llm: Mapping[str, Any] | None = None) -> None:
+        if not replayed:
+            self.calls += 1
+
+    def _event(self, started: float, finished: float, attributes: dict[str, Any]) -> None:
+        if self.first is None:
+            self.first = started
+        attributes["tether.duration_ms"] = round((finished - started) * 1000, 3)
+        self.steps.append((started, attributes))
+
+    def _end(self, finished: float, extra: Mapping[str, Any], error: str | None = None,
+             exc: BaseException | None = None) -> None:
+        if self.first is None:
+            return
+        span = self.tracer.start_span(
+            "tether.steps", context=self.parent, start_time=_ns(self.first),
+            attributes={"tether.thread_id": self.thread_id, "tether.agent": self.agent,
+                        "tether.version": self.version, "tether.worker": self.worker,
+                        "tether.steps": len(self.steps), "tether.calls": self.calls, **extra})
+        for t0, attributes in self.steps:
+            span.add_event("tether.step", attributes, timestamp=_ns(t0))
+        if exc is not None:
+            span.record_exception(exc)
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, error))
+        span.end(end_time=_ns(finished))
+        self.first, self.calls, self.steps = None, 0, []
+
+    def step(self, step: int, node: str, attempt: int, started: float, finished: float,
+             status: str, received: int, sent: int) -> None:
+        self._event(started, finished, {"tether.step": step, "tether.node": node,
+                                        "tether.attempt": attempt, "tether.status": status})
+        if status != "running":
+            self._end(finished, {"tether.status": status})
+
+    def parked(self, step: int, node: str, attempt: int, started: float, kind: str) -> None:
+        now = time.time()
+        self._event(started, now, {"tether.step": step, "tether.node": node,
+                                   "tether.attempt": attempt, "tether.parked": kind})
+        self._end(now, {"tether.parked": kind})
+
+    def failed(self, step: int, node: str | None, attempt: int, started: float,
+               category: FailureCategory, exc: BaseException, final: bool) -> None:
+        now = time.time()
+        self._event(started, now, {"tether.step": step, "tether.node": node or "",
+                                   "tether.attempt": attempt,
+                                   "tether.failure.category": category.value,
+                                   "tether.failure.final": final})
+        self._end(now, {"tether.failure.category": category.value}, f"{type(exc).__name__}: {exc}", exc)
+
+    def released(self, reason: str) -> None:
+        self._end(time.time(), {"tether.released": reason}, f"released: {reason}")
+
 # -- the SDK from OTEL_* -------------------------------------------------------------------
 
 EXPORTERS = ("console", "otlp", "none")
@@ -288,6 +470,7 @@ def check_env(env: Mapping[str, str]) -> list[str]:
         "OTEL_EXPORTER_OTLP_ENDPOINT")
     if "otlp" in names and endpoint and not endpoint.startswith(("http://", "https://")):
         raise ConfigError(f"the OTLP endpoint {endpoint!r} must be an http:// or https:// URL")
+    trace_detail(env)
     return [n for n in names if n != "none"]
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hmac
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
@@ -112,7 +113,8 @@ class Throttle:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self._failures: dict[str, tuple[int, float]] = {}  # client -> (count, last failure)
+        # client -> (count, last failure), oldest first
+        self._failures: OrderedDict[str, tuple[int, float]] = OrderedDict()
 
     def wait(self, client: str) -> float:
         """Seconds before `client` may try again (0: now)."""
@@ -132,7 +134,7 @@ class Throttle:
         count, _ = self._failures.pop(client, (0, 0.0))  # re-inserted: newest last
         self._failures[client] = (count + 1, self.clock())
         if len(self._failures) > self.MAX_CLIENTS:
-            del self._failures[next(iter(self._failures))]
+            self._failures.popitem(last=False)
 
     def succeeded(self, client: str) -> None:
         self._failures.pop(client, None)

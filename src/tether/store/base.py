@@ -53,9 +53,12 @@ class RunRecord:
     updated_at: float
     trace_context: str | None = None
     """The W3C traceparent of the run's trace anchor, if one was stored (tether.observe)."""
+    taken_from: str | None = field(default=None, compare=False)
+    """Set by claim_runs only (not a column): the worker whose expired lease this claim took
+    over, None for a run that was due (queued, or sleeping and awake)."""
 
 
-RUN_COLUMNS = tuple(RunRecord.__dataclass_fields__)
+RUN_COLUMNS = tuple(f for f in RunRecord.__dataclass_fields__ if f != "taken_from")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,8 @@ class JournalRecord:
     idx: int
     name: str
     result: bytes
+    args: str | None = None
+    """What the call was given, as JSON text for people (tether.calls.args_preview)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,7 +401,8 @@ class Store(Protocol):
         """Atomically lease up to `limit` claimable runs of this version and these agents:
         queued or sleeping ones whose wake_at has passed, and running ones whose lease
         expired. Each claim bumps the epoch and the attempt; no run is returned to two
-        callers for the same epoch."""
+        callers for the same epoch. A run whose expired lease was taken over has
+        `taken_from` set to the worker that held it."""
 
     async def renew_leases(self, worker: str, lease_ttl: float,
                            only: Sequence[str] | None = None) -> set[str]:
@@ -419,10 +425,12 @@ class Store(Protocol):
         count cleared, attempt count kept. None (nothing written) if the run is not failed."""
 
     def record_call(
-        self, lease: Lease, step: int, idx: int, name: str, result: bytes
+        self, lease: Lease, step: int, idx: int, name: str, result: bytes,
+        args: str | None = None,
     ) -> Awaitable[None]:
-        """Durably journal one call result. Raises LeaseLost if the epoch moved. (An awaitable,
-        so a store may return its group commit's future without a coroutine around it.)"""
+        """Durably journal one call result (and `args`, what the call was given, for people).
+        Raises LeaseLost if the epoch moved. (An awaitable, so a store may return its group
+        commit's future without a coroutine around it.)"""
 
     async def load_journal(self, thread_id: str, step: int) -> list[JournalRecord]: ...
 

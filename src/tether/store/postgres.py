@@ -272,10 +272,11 @@ class PostgresStore(PgSessionsPart):
     # -- steps (through the committer) -----------------------------------------------------
 
     async def record_call(
-        self, lease: Lease, step: int, idx: int, name: str, result: bytes
+        self, lease: Lease, step: int, idx: int, name: str, result: bytes,
+        args: str | None = None,
     ) -> None:
         params = {"thread_id": lease.thread_id, "epoch": lease.epoch, "step": step, "idx": idx,
-                  "name": name, "result": result}
+                  "name": name, "result": result, "args": args}
         try:
             row = await self._committer.write(self._q["insert_journal"], params, lease.thread_id)
         except StoreUnavailable as lost:  # its reply lost: read back (pg_settle.py)
@@ -287,7 +288,7 @@ class PostgresStore(PgSessionsPart):
     async def load_journal(self, thread_id: str, step: int) -> list[JournalRecord]:
         rows = await self._conns.hot_read(
             self._q["load_journal"], {"thread_id": thread_id, "step": step})
-        return [JournalRecord(r[0], r[1], r[2]) for r in rows]
+        return [JournalRecord(r[0], r[1], r[2], r[3]) for r in rows]
 
     async def journal_usage(self, thread_id: str, prefix: bytes) -> list[bytes]:
         rows = await self._conns.read(

@@ -249,17 +249,17 @@ class SQLiteStore(SQLiteSessionsPart):
 
     # -- steps -----------------------------------------------------------------------------
 
-    def record_call(self, lease: Lease, step: int, idx: int, name: str, result: bytes) -> Awaitable[None]:
-        # A plain future, not a coroutine: the hot path awaits one object less per call.
+    def record_call(self, lease: Lease, step: int, idx: int, name: str, result: bytes,
+                    args: str | None = None) -> Awaitable[None]:  # a future: one await less
         return self._w(Fenced(
             self._q["insert_journal"],
-            (lease.thread_id, step, idx, name, result, lease.epoch),
+            (lease.thread_id, step, idx, name, result, lease.epoch, args),
             f"run {lease.thread_id!r}: lease lost before journaling call {idx}"))
 
     async def load_journal(self, thread_id: str, step: int) -> list[JournalRecord]:
         q = self._q["load_journal"]
         rows = await self._r(lambda c: c.execute(q, {"thread_id": thread_id, "step": step}).fetchall())
-        return [JournalRecord(r[0], r[1], r[2]) for r in rows]
+        return [JournalRecord(r[0], r[1], r[2], r[3]) for r in rows]
 
     async def journal_usage(self, thread_id: str, prefix: bytes) -> list[bytes]:
         q = self._q["journal_usage"]

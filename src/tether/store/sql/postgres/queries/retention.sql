@@ -52,7 +52,7 @@ ORDER BY r.created_at, r.thread_id LIMIT %(limit)s;
 SELECT r.status, r.agent, count(*)::bigint,
        COALESCE(SUM(octet_length(r.input) + COALESCE(octet_length(r.error), 0)
            + (SELECT COALESCE(SUM(octet_length(c.data)), 0) FROM checkpoints c WHERE c.thread_id = r.thread_id)
-           + (SELECT COALESCE(SUM(octet_length(j.result)), 0) FROM journal j WHERE j.thread_id = r.thread_id)
+           + (SELECT COALESCE(SUM(octet_length(j.result) + COALESCE(octet_length(j.args), 0)), 0) FROM journal j WHERE j.thread_id = r.thread_id)
            + (SELECT COALESCE(SUM(octet_length(o.payload) + COALESCE(octet_length(o.result), 0)), 0)
               FROM outbox o WHERE o.thread_id = r.thread_id)
            + (SELECT COALESCE(SUM(octet_length(m.message)), 0) FROM mailbox m WHERE m.thread_id = r.thread_id)), 0)

@@ -88,7 +88,8 @@ FROM runs WHERE idempotency_key = %(key)s;
 -- to the limit in all: neither part reads a run that is not claimable (the time bound is
 -- a subquery, so it bounds each index range rather than filter every row read), and the
 -- update reaches the rows they locked by TID, whatever the statistics say (a join of the
--- ids with runs was planned, once analyzed, as a scan of every run).
+-- ids with runs was planned, once analyzed, as a scan of every run). The last column names
+-- the worker whose expired lease a claim took over (NULL for a run that was due).
 WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
 due AS MATERIALIZED (
     SELECT r.ctid AS rid FROM runs r
@@ -101,7 +102,7 @@ due AS MATERIALIZED (
     FOR UPDATE OF r SKIP LOCKED
 ),
 expired AS MATERIALIZED (
-    SELECT r.ctid AS rid FROM runs r
+    SELECT r.ctid AS rid, r.thread_id, r.lease_owner FROM runs r
     WHERE r.version = %(version)s
       AND r.status = 'running'
       AND r.lease_expires_at < (SELECT now FROM t)
@@ -116,7 +117,8 @@ SET status = 'running', lease_owner = %(worker)s,
     epoch = epoch + 1, attempt = attempt + 1, wake_at = NULL,
     updated_at = (SELECT now FROM t)
 WHERE ctid = ANY (ARRAY(SELECT rid FROM due UNION ALL SELECT rid FROM expired))
-RETURNING {{run_columns}};
+RETURNING {{run_columns}},
+    (SELECT e.lease_owner FROM expired e WHERE e.thread_id = runs.thread_id) AS taken_from;
 
 -- name: renew_leases
 -- One statement renews every lease a worker holds. Rows are locked in thread_id order, the

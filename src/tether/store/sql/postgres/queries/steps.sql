@@ -9,12 +9,12 @@ WITH r AS (
     WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status || '' = 'running'
     FOR SHARE
 )
-INSERT INTO journal (thread_id, step, idx, name, result)
-SELECT r.thread_id, %(step)s, %(idx)s, %(name)s, %(result)s FROM r
+INSERT INTO journal (thread_id, step, idx, name, result, args)
+SELECT r.thread_id, %(step)s, %(idx)s, %(name)s, %(result)s, %(args)s FROM r
 RETURNING 1;
 
 -- name: load_journal
-SELECT idx, name, result FROM journal
+SELECT idx, name, result, args FROM journal
 WHERE thread_id = %(thread_id)s AND step = %(step)s
 ORDER BY idx;
 
@@ -111,12 +111,14 @@ SELECT thread_id, updated_at FROM u;
 -- Returns the (thread_id, step, idx) journaled. The rows come as one JSON array of
 -- insert_journal's parameters (result as its UTF-8 text).
 WITH x AS (
-    SELECT r.thread_id, r.epoch, r.step, r.idx, r.name, convert_to(r.result, 'UTF8') AS result
+    SELECT r.thread_id, r.epoch, r.step, r.idx, r.name, convert_to(r.result, 'UTF8') AS result,
+           r.args
     FROM json_to_recordset(%(rows)s::json)
-        AS r(thread_id text, epoch bigint, step bigint, idx int, name text, result text)
+        AS r(thread_id text, epoch bigint, step bigint, idx int, name text, result text,
+             args text)
 )
-INSERT INTO journal (thread_id, step, idx, name, result)
-SELECT x.thread_id, x.step, x.idx, x.name, x.result
+INSERT INTO journal (thread_id, step, idx, name, result, args)
+SELECT x.thread_id, x.step, x.idx, x.name, x.result, x.args
 FROM x, LATERAL (SELECT 1 FROM runs r  -- one primary-key lookup per row (OFFSET 0 keeps it so)
                  WHERE r.thread_id = x.thread_id AND r.epoch = x.epoch
                    AND r.status || '' = 'running' OFFSET 0) AS fenced

@@ -39,7 +39,7 @@ ORDER BY r.thread_id LIMIT :limit;
 SELECT r.status, r.agent, count(*),
        COALESCE(SUM(length(r.input) + COALESCE(length(r.error), 0)
            + (SELECT COALESCE(SUM(length(c.data)), 0) FROM checkpoints c WHERE c.thread_id = r.thread_id)
-           + (SELECT COALESCE(SUM(length(j.result)), 0) FROM journal j WHERE j.thread_id = r.thread_id)
+           + (SELECT COALESCE(SUM(length(j.result) + COALESCE(length(j.args), 0)), 0) FROM journal j WHERE j.thread_id = r.thread_id)
            + (SELECT COALESCE(SUM(length(o.payload) + COALESCE(length(o.result), 0)), 0)
               FROM outbox o WHERE o.thread_id = r.thread_id)
            + (SELECT COALESCE(SUM(length(m.message)), 0) FROM mailbox m WHERE m.thread_id = r.thread_id)), 0)

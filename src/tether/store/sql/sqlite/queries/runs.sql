@@ -67,7 +67,8 @@ SELECT {{run_columns}} FROM runs WHERE idempotency_key = :key;
 -- holder's writes (which check the epoch) are refused from here on. Runs due now come first,
 -- in due order, then runs whose lease expired, oldest expiry first (a range of runs_expiry),
 -- up to the limit in all: neither part reads a run that is not claimable (the time bound is a
--- subquery, so it bounds each index range rather than filter every row read).
+-- subquery, so it bounds each index range rather than filter every row read). The last
+-- column names the worker whose expired lease a claim took over (NULL for a run that was due).
 WITH t(now) AS MATERIALIZED (SELECT (julianday('now') - 2440587.5) * 86400.0),
 due AS MATERIALIZED (
     SELECT thread_id FROM runs
@@ -75,7 +76,7 @@ due AS MATERIALIZED (
     ORDER BY coalesce(wake_at, created_at)
     LIMIT :limit),
 expired AS MATERIALIZED (
-    SELECT thread_id FROM runs
+    SELECT thread_id, lease_owner FROM runs
     WHERE version = :version
       AND status = 'running'
       AND lease_expires_at < (SELECT now FROM t)
@@ -88,7 +89,8 @@ SET status = 'running', lease_owner = :worker,
     epoch = epoch + 1, attempt = attempt + 1, wake_at = NULL,
     updated_at = (SELECT now FROM t)
 WHERE thread_id IN (SELECT thread_id FROM due UNION ALL SELECT thread_id FROM expired)
-RETURNING {{run_columns}};
+RETURNING {{run_columns}},
+    (SELECT e.lease_owner FROM expired e WHERE e.thread_id = runs.thread_id) AS taken_from;
 
 -- name: any_due
 -- Whether claim_runs would find a run due now, read only: what a worker's store checks when

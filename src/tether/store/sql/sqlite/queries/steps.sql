@@ -3,13 +3,13 @@
 
 -- name: insert_journal
 -- Journals a call result only while the caller's epoch is current. Positional parameters
--- (thread_id, step, idx, name, result, epoch): batched in one executemany.
-INSERT INTO journal (thread_id, step, idx, name, result)
-SELECT ?1, ?2, ?3, ?4, ?5
+-- (thread_id, step, idx, name, result, epoch, args): batched in one executemany.
+INSERT INTO journal (thread_id, step, idx, name, result, args)
+SELECT ?1, ?2, ?3, ?4, ?5, ?7
 WHERE EXISTS (SELECT 1 FROM runs WHERE thread_id = ?1 AND epoch = ?6 AND status = 'running');
 
 -- name: load_journal
-SELECT idx, name, result FROM journal WHERE thread_id = :thread_id AND step = :step ORDER BY idx;
+SELECT idx, name, result, args FROM journal WHERE thread_id = :thread_id AND step = :step ORDER BY idx;
 
 -- name: journal_usage
 -- The run's journaled results that carry their call's token usage (serde.with_usage: they
@@ -67,8 +67,9 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 -- insert_journal for a whole group commit in one statement (the writer thread runs one
 -- statement per kind, not one per row): ?1 is a JSON array of insert_journal's parameter
 -- lists, the result blob as a string.
-INSERT INTO journal (thread_id, step, idx, name, result)
-SELECT j.value ->> 0, j.value ->> 1, j.value ->> 2, j.value ->> 3, CAST(j.value ->> 4 AS BLOB)
+INSERT INTO journal (thread_id, step, idx, name, result, args)
+SELECT j.value ->> 0, j.value ->> 1, j.value ->> 2, j.value ->> 3, CAST(j.value ->> 4 AS BLOB),
+       j.value ->> 6
 FROM json_each(?1) AS j
 WHERE EXISTS (SELECT 1 FROM runs
               WHERE thread_id = j.value ->> 0 AND epoch = j.value ->> 5 AND status = 'running');

@@ -1,0 +1,34 @@
+"""The examples that print a table (examples/quickstart.py, examples/langgraph_durable.py)
+fit an 80-column terminal: every run's whole thread id and status on its row, no cell cut to
+an ellipsis, no line wider than the terminal (issue 30, item 8)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.mark.parametrize(("name", "runs"), [("quickstart.py", 5), ("langgraph_durable.py", 3)])
+def test_the_examples_tables_fit_80_columns(name: str, runs: int, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    env.update({"COLUMNS": "80", "TETHER_DB": f"sqlite:///{tmp_path / 'example.db'}",
+                "QUICKSTART_CALL_LOG": str(tmp_path / "calls.log"),
+                "LANGGRAPH_TOOL_LOG": str(tmp_path / "tool.log"), "TMPDIR": str(tmp_path)})
+    proc = subprocess.run([sys.executable, str(EXAMPLES / name)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "…" not in out and "..." not in out, out
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    rows = [line.split("│")[1:3] for line in out.splitlines() if line.startswith("│ q")]
+    assert len(rows) == runs, out
+    for i, (thread_id, status) in enumerate(rows):
+        assert re.fullmatch(rf"q{i}-[0-9a-f]{{6}}", thread_id.strip()), out  # the whole id
+        assert status.strip() == "completed", out

@@ -1,0 +1,64 @@
+"""The CLI's words at 80 columns: no command's one-line help is cut to "...", counts agree with
+their nouns ("1 run", "2 runs"), and a type is named with its article ("an Agent"), as issue
+30 (items 8 and 10) asked."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterator
+
+import click
+import pytest
+from click.testing import CliRunner
+
+import tether
+from tether.cli import cli
+from tether.cli._common import load_app, plural
+from tether.cli.prune import _print
+from tether.errors import AppImportError, with_article
+from tether.retention import Report
+from tether.state import delta_of
+
+
+def groups(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    yield path
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from groups(command, (*path, name))
+
+
+def test_no_command_help_is_cut_at_80_columns() -> None:
+    for path in groups(cli):
+        result = CliRunner().invoke(cli, [*path, "--help"], terminal_width=80)
+        assert result.exit_code == 0, result.output
+        lines = result.output.splitlines()
+        cut = [line for line in lines if line.rstrip().endswith("...")
+               and not line.startswith("Usage:")]
+        assert cut == [], (path, result.output)
+        assert max(map(len, lines)) <= 80, result.output
+    said = CliRunner().invoke(cli, ["--help"], terminal_width=80).output
+    demo = next(line for line in said.splitlines() if line.split()[:1] == ["demo"])
+    assert "lesson" not in demo and "crash recovery" in demo, said
+
+
+def test_counts_agree_with_their_nouns(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (plural(1, "run"), plural(0, "run"), plural(2_000, "step")) == (
+        "1 run", "0 runs", "2,000 steps")
+    _print(Report(dry_run=True, runs=1, bytes=10, compacted_runs=1, compacted_rows=1))
+    out = capsys.readouterr().out
+    assert "would remove 1 run (10 bytes" in out and "would compact 1 run (1 row)" in out, out
+    _print(Report(dry_run=False, runs=2, rows=1, seconds=0.1))
+    assert "removed 2 runs and 1 row in" in capsys.readouterr().out
+
+
+def test_a_type_is_named_with_its_article(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert [with_article(n) for n in ("int", "dict", "Agent", "Runtime")] == [
+        "an int", "a dict", "an Agent", "a Runtime"]
+    module = types.ModuleType("wording_app")
+    module.agent = tether.Agent("wording")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "wording_app", module)
+    with pytest.raises(AppImportError, match=r"wording_app:agent \(--app\) is an Agent, not a "):
+        load_app("wording_app:agent")
+    with pytest.raises(tether.SerializationError, match="update key 1 is an int; keys must"):
+        delta_of({}, {1: "x"})  # type: ignore[dict-item]
