@@ -278,7 +278,7 @@ def test_sqlite_latest_updated_reads_open_and_finished_runs_apart(sqlite_templat
                     what, plan)
 
 
-# An open status in created order (migration 0015): per version, a range of runs_open past
+# An open status in created order (migration 0016): per version, a range of runs_open past
 # the cursor, a page each, merged; never every parked run. 20,000 open runs over two versions
 # beside the finished ones above: all waiting but every 100th queued, created in batches of
 # 1,000 sharing one created_at (start_many's), older than the finished runs.

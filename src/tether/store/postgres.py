@@ -588,11 +588,10 @@ class PostgresStore(PgSessionsPart):
 
         return await measure_load(query, await self.now(), window)
 
-    async def status_counts(self, cap: int | None = None) -> StatusCounts:
-        q, params = self._q, dict[str, Any](cap=cap)
-        if cap is not None:  # the versions first (a skip scan), then each one's ranges
-            params["versions"] = [r[0] for r in await self._conns.read(q["open_versions"])]
-        rows = await self._conns.read(q["status_counts" if cap is None else "status_counts_capped"], params)
+    async def status_counts(self, cap: int | None = None) -> StatusCounts:  # capped: versions first
+        versions = [r[0] for r in await self._conns.read(self._q["open_versions"])] if cap else []
+        rows = await self._conns.read(self._q["status_counts_capped" if cap else "status_counts"],
+                                      {"cap": cap, "versions": versions})
         return StatusCounts.from_rows([tuple(r) for r in rows])
 
     async def list_audit(self, *, thread_id: str | None = None, action: str | None = None,

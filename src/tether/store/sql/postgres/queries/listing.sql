@@ -101,7 +101,7 @@ LIMIT %(limit)s
 -- fragment: open_page(cmp, dir)
 -- A page of one open status (bound: %(status)s is one of them) in created order: per version
 -- that has open runs (a skip scan of runs_open, one seek each), that version's range of
--- runs_open (version, status, created_at, thread_id: migration 0015) past the cursor, a page
+-- runs_open (version, status, created_at, thread_id: migration 0016) past the cursor, a page
 -- of it, then the pages merged; never every open run of the status, however many are
 -- parked. The literal status list makes the partial index usable for a bound status.
 WITH RECURSIVE v(ver) AS (

@@ -103,7 +103,7 @@ LIMIT :limit
 -- fragment: open_page(cmp, dir)
 -- A page of one open status (bound: :status is one of them) in created order: per version
 -- that has open runs (a skip scan of runs_open, one seek each), that version's range of
--- runs_open (version, status, created_at, thread_id: migration 0015) past the cursor, a page
+-- runs_open (version, status, created_at, thread_id: migration 0016) past the cursor, a page
 -- of it (a correlated IN: SQLite has no LATERAL), then the pages merged; never every open
 -- run of the status, however many are parked.
 WITH RECURSIVE v(ver) AS (
