@@ -326,7 +326,8 @@ def test_postgres_open_status_pages_read_a_page_per_version(pg_url: str) -> None
         pg.execute(OPEN_PG.encode())
         every = pg.execute(b"SELECT thread_id, status, created_at, version, agent "
                            b"FROM runs").fetchall()
-        pg.execute(b"SET enable_sort = off")  # as the store reads a page (read_in_order)
+        pg.execute(b"SET enable_sort = off")  # as the store reads a page (read_by_index)
+        pg.execute(b"SET enable_seqscan = off")
         for analyzed in (False, True):
             if analyzed:
                 pg.execute(b"ANALYZE runs")

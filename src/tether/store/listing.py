@@ -120,7 +120,7 @@ class RunQuery:
 def index_ordered(name: str) -> bool:
     """Whether the named listing reads an index in its own order, a page of it (of each
     version's range, for `_open`), no sort of what it matched: Postgres reads those with
-    sorting off (PostgresConns.read_in_order), so no statistics make the planner sort every
+    sorting off (read_by_index), so no statistics make the planner sort every
     matching run instead. The others sort a bounded set (a run's children, a prefix's
     range, the open runs by updated_at), which sorting off would turn into a walk of
     runs_created."""

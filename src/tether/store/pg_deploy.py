@@ -58,8 +58,9 @@ class PgDeployments:
         return [OpenRuns(*r) for r in rows if r[2]]
 
     async def stranded_runs(self, version: str, before: float, cap: int | None = None) -> int:
-        row = await self._conns.read_one(self._q["stranded_runs"],
-                                         {"version": version, "before": before, "cap": cap})
+        rows = await self._conns.read_by_index(  # along runs_open, whatever the statistics
+            self._q["stranded_runs"], {"version": version, "before": before, "cap": cap})
+        row = rows[0] if rows else None
         return int(row[0]) if row is not None else 0
 
     async def retire_version(self, version: str, limit: int = 20,

@@ -214,7 +214,7 @@ class PostgresStore(PgSessionsPart):
             status=status, agent=agent, version=version, parent=parent, since=since,
             until=until, prefix=prefix, order=order, before=before, limit=limit,
         ).plan(code_point_order=self._code_point_order)
-        read = self._conns.read_in_order if index_ordered(name) else self._conns.read
+        read = self._conns.read_by_index if index_ordered(name) else self._conns.read
         return [_run(r) for r in await read(self._q[name], params)]
 
     # -- leases ----------------------------------------------------------------------------
