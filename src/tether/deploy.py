@@ -63,7 +63,8 @@ class WorkerInfo:
 class Deployment:
     """One version: its routing weight and state, live workers, open runs by status (queued,
     running, waiting, sleeping), when its oldest open run was created, and how many of its
-    open runs are stranded."""
+    open runs are stranded. Counts read with a cap stop there: `capped` names those that
+    did (a status, or "stranded"), each then at least its count (shown "10,000+")."""
 
     version: str
     weight: int
@@ -73,16 +74,27 @@ class Deployment:
     oldest_open: float | None = None
     stranded: int = 0
     retired_at: float | None = None
+    capped: frozenset[str] = frozenset()
 
     @property
     def open(self) -> int:
+        """The open runs (at least that many when a count was capped: `open_more`)."""
         return sum(self.runs.values())
+
+    @property
+    def open_more(self) -> bool:
+        return any(s in self.capped for s in self.runs)
 
     def as_dict(self) -> dict[str, Any]:
         return {"version": self.version, "weight": self.weight, "state": self.state,
                 "workers": self.workers, "runs": dict(self.runs), "open": self.open,
                 "oldest_open": self.oldest_open, "stranded": self.stranded,
-                "retired_at": self.retired_at}
+                "retired_at": self.retired_at, "capped": sorted(self.capped)}
+
+
+def at_least(n: int, more: bool) -> str:
+    """A count as a person reads it: "10,000+" when it stopped at a cap, else the number."""
+    return f"{n:,}+" if more else str(n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,10 +210,16 @@ def _info(r: WorkerRecord, now: float) -> WorkerInfo:
                       r.lease_ttl, r.started_at, r.last_seen, alive(r, now))
 
 
-async def deployments(store: Store, lease_ttl: float) -> list[Deployment]:
+COUNT_CAP = 10_000
+"""Deployments count each version's open runs of a status (and its stranded ones) up to
+this many: one index range each, however many are parked; above it "10,000+"."""
+
+
+async def deployments(store: Store, lease_ttl: float,
+                      cap: int | None = COUNT_CAP) -> list[Deployment]:
     """Every version that has a weight row, open runs or a live worker, by name. A version's
     runs are stranded by the lease TTL its last worker registered (`lease_ttl` only for a
-    version no worker ever registered)."""
+    version no worker ever registered). Counts stop at `cap` (None: exact, a full count)."""
     now = await store.now()
     table = {d.version: d for d in await store.deploys.list_deployments()}
     rows = await store.deploys.list_workers()
@@ -215,8 +233,11 @@ async def deployments(store: Store, lease_ttl: float) -> list[Deployment]:
             last_beat[r.version] = r
     runs: dict[str, dict[str, int]] = {}
     oldest: dict[str, float] = {}
-    for o in await store.deploys.open_runs():
-        runs.setdefault(o.version, {})[o.status] = o.count
+    capped: dict[str, set[str]] = {}
+    for o in await store.deploys.open_runs(cap):
+        if cap is not None and o.count > cap:
+            capped.setdefault(o.version, set()).add(o.status)
+        runs.setdefault(o.version, {})[o.status] = o.count if cap is None else min(o.count, cap)
         oldest[o.version] = min(oldest.get(o.version, o.oldest), o.oldest)
     routed = any(d.weight > 0 for d in table.values())
     out = []
@@ -230,12 +251,16 @@ async def deployments(store: Store, lease_ttl: float) -> list[Deployment]:
         last = last_beat.get(version)
         ttl = last.lease_ttl if last is not None else lease_ttl
         if counts and not live.get(version) and (last.last_seen if last else 0.0) < now - ttl:
-            stranded = await store.deploys.stranded_runs(version, now - ttl)
+            stranded = await store.deploys.stranded_runs(version, now - ttl, cap)
+            if cap is not None and stranded > cap:
+                stranded = cap
+                capped.setdefault(version, set()).add("stranded")
         out.append(Deployment(
             version=version, weight=weight,
             state=_state(d, weight, bool(counts), bool(live.get(version)), routed),
             workers=live.get(version, 0), runs=counts, oldest_open=oldest.get(version),
-            stranded=stranded, retired_at=d.retired_at if d is not None else None))
+            stranded=stranded, retired_at=d.retired_at if d is not None else None,
+            capped=frozenset(capped.get(version, ()))))
     return out
 
 
@@ -429,8 +454,8 @@ class Deployer:
     async def workers(self) -> list[WorkerInfo]:
         return await workers(self.store)
 
-    async def deployments(self) -> list[Deployment]:
-        return await deployments(self.store, self.lease_ttl)
+    async def deployments(self, cap: int | None = COUNT_CAP) -> list[Deployment]:
+        return await deployments(self.store, self.lease_ttl, cap)
 
     async def deployment(self, version: str) -> Deployment:
         found = [d for d in await self.deployments() if d.version == version]

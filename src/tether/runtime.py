@@ -228,11 +228,12 @@ class Runtime:
         await self.open()
         return await self.store.now()
 
-    async def status_counts(self) -> StatusCounts:
+    async def status_counts(self, *, cap: int | None = None) -> StatusCounts:
         """Runs by (status, version) and effects not done by status, store-wide: one query
-        (a full count; poll it every few seconds, not per request)."""
+        (a full count; poll it every few seconds, not per request). With `cap`, each count
+        goes through an index and stops there (`runs_more`, `effects_more`: "10,000+")."""
         await self.open()
-        return await self.store.status_counts()
+        return await self.store.status_counts(cap)
 
     async def close(self) -> None:
         """Stop this process's workers of this runtime (`work()`: their leases given back within
@@ -551,11 +552,12 @@ class Runtime:
         await self.open()
         return await self._deploys.workers()
 
-    async def deployments(self) -> list[Deployment]:
+    async def deployments(self, *, cap: int | None = deploy.COUNT_CAP) -> list[Deployment]:
         """Every version with a weight, open runs or a live worker: its weight, state, live
-        workers, open runs by status, oldest open run and stranded runs."""
+        workers, open runs by status, oldest open run and stranded runs, each count stopping
+        at `cap` (`Deployment.capped`; None: exact, a count of every open run)."""
         await self.open()
-        return await self._deploys.deployments()
+        return await self._deploys.deployments(cap)
 
     async def route(self, weights: Mapping[str, int], *, actor: str | None = None
                     ) -> list[Deployment]:

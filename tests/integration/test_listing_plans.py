@@ -278,10 +278,101 @@ def test_sqlite_latest_updated_reads_open_and_finished_runs_apart(sqlite_templat
                     what, plan)
 
 
+# An open status in created order (migration 0016): per version, a range of runs_open past
+# the cursor, a page each, merged; never every parked run. 20,000 open runs over two versions
+# beside the finished ones above: all waiting but every 100th queued, created in batches of
+# 1,000 sharing one created_at (start_many's), older than the finished runs.
+PARKED = 20_000
+INSERT_OPEN = """
+    INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash, epoch,
+                      attempt, created_at, updated_at, waiting_for)
+    SELECT {id}, 'a', CASE WHEN i % 3 = 0 THEN 'v2' ELSE 'v' END,
+           CASE WHEN i % 100 = 7 THEN 'queued' ELSE 'waiting' END, 'n', '{{}}', 'h', 1, 1,
+           {batch}, 900, 'mail' FROM {series}"""
+OPEN_PG = INSERT_OPEN.format(id="'w' || lpad(i::text, 6, '0')", batch="(i / 1000) * 0.01",
+                             series=f"generate_series(0, {PARKED} - 1) i")
+OPEN_SQLITE = (f"WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < "
+               f"{PARKED} - 1)" + INSERT_OPEN.format(id="printf('w%06d', i)",
+                                                     batch="(i / 1000) * 0.01", series="n"))
+OPEN_CASES = {  # listing -> at most how many index entries and rows it reads
+    "waiting": (RunQuery(status="waiting", limit=51), 4 * 51 + 20),
+    "waiting, oldest": (RunQuery(status="waiting", order="oldest", limit=51), 4 * 51 + 20),
+    "waiting, a page on": (RunQuery(status="waiting", limit=51, before=(0.1, "w010500")),
+                           4 * 51 + 20),
+    "queued": (RunQuery(status="queued", limit=51), 4 * 51 + 20),
+    "waiting, a version": (RunQuery(status="waiting", version="v2", limit=51), 4 * 51 + 20),
+    "waiting, another agent": (RunQuery(status="waiting", agent="b", limit=51), PARKED),
+}
+
+
+def _want_open(every: list[tuple[str, str, float, str, str]], listing: RunQuery) -> list[str]:
+    """The listing worked out from every run's (thread_id, status, created_at, version,
+    agent)."""
+    down = listing.order != "oldest"
+    keep = sorted(((c, t) for t, s, c, v, a in every if s == listing.status
+                   and (listing.version is None or v == listing.version)
+                   and (listing.agent is None or a == listing.agent)
+                   and (listing.before is None
+                        or ((c, t) < listing.before if down else (c, t) > listing.before))),
+                  reverse=down)
+    return [t for _, t in keep[: listing.limit]]
+
+
+@pytest.mark.postgres
+def test_postgres_open_status_pages_read_a_page_per_version(pg_url: str) -> None:
+    q = queries("postgres")
+    with psycopg.connect(pg_url, autocommit=True) as pg:
+        pg.execute(INSERT_PG, (RUNS, RUNS))
+        pg.execute(OPEN_PG.encode())
+        every = pg.execute(b"SELECT thread_id, status, created_at, version, agent "
+                           b"FROM runs").fetchall()
+        pg.execute(b"SET enable_sort = off")  # as the store reads a page (read_by_index)
+        pg.execute(b"SET enable_seqscan = off")
+        for analyzed in (False, True):
+            if analyzed:
+                pg.execute(b"ANALYZE runs")
+            for what, (listing, most) in OPEN_CASES.items():
+                name, params = listing.plan(code_point_order=True)
+                assert name.endswith("_open"), name
+                got = [r[0] for r in pg.execute(q[name].encode(), params).fetchall()]
+                assert got == _want_open(every, listing), (what, analyzed)
+                (plan,), = pg.execute(("EXPLAIN (ANALYZE, FORMAT JSON) " + q[name]).encode(),
+                                      params).fetchall()
+                scans = _scans(plan[0]["Plan"])
+                assert {s[1] for s in scans} <= {"runs_open", ""}, (what, analyzed, scans)
+                assert _read(plan[0]["Plan"]) <= most, (what, analyzed, _read(plan[0]["Plan"]))
+
+
+def test_sqlite_open_status_pages_read_a_page_per_version(sqlite_template: Path,
+                                                          tmp_path: Path) -> None:
+    path = tmp_path / "open.db"
+    shutil.copyfile(sqlite_template, path)
+    q = queries("sqlite")
+    with closing(sqlite3.connect(path)) as db:
+        db.execute(INSERT_SQLITE, (RUNS, RUNS))
+        db.execute(OPEN_SQLITE)
+        db.commit()
+        every = db.execute("SELECT thread_id, status, created_at, version, agent "
+                           "FROM runs").fetchall()
+        for analyzed in (False, True):
+            if analyzed:
+                db.execute("ANALYZE")
+            for what, (listing, _) in OPEN_CASES.items():
+                name, params = listing.plan(code_point_order=True)
+                got = [r[0] for r in db.execute(q[name], params)]
+                assert got == _want_open(every, listing), (what, analyzed)
+                plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + q[name], params)]
+                reads = [p for p in plan if p.startswith(("SCAN runs", "SEARCH runs"))]
+                assert reads and all("runs_open" in p or "INTEGER PRIMARY KEY" in p
+                                     for p in reads), (what, plan)
+                assert not [p for p in plan if "TEMP B-TREE" in p and "runs_open" in p], plan
+
+
 @pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
 def test_the_cases_run_every_listing_query(dialect: str) -> None:
     """Each list_runs_* query has its plan pinned above: a new variant needs a case."""
     run = {listing.plan(code_point_order=True)[0]
            for listing, _ in CASES.values()} | {
-        listing.plan(code_point_order=True)[0] for listing, _, _ in UPDATED.values()}
+        listing.plan(code_point_order=True)[0] for listing, _, _ in UPDATED.values()} | {
+        listing.plan(code_point_order=True)[0] for listing, _ in OPEN_CASES.values()}
     assert run == {name for name in queries(dialect) if name.startswith("list_runs_")}

@@ -9,7 +9,7 @@ import time
 
 import click
 
-from ..deploy import OPEN, Deployment
+from ..deploy import OPEN, Deployment, at_least
 from ..errors import ConfigError
 from ..runtime import Runtime
 from ._common import (
@@ -47,8 +47,10 @@ def _age(then: float | None, now: float) -> str:
 
 
 def _open_runs(d: Deployment) -> str:
-    """The open runs by status, the statuses that have some ("3 running, 9 waiting")."""
-    return ", ".join(f"{n} {s}" for s in OPEN if (n := d.runs.get(s, 0))) or "0"
+    """The open runs by status, the statuses that have some ("3 running, 10,000+ waiting":
+    a count stops at the cap, deploy.COUNT_CAP)."""
+    return ", ".join(f"{at_least(n, s in d.capped)} {s}" for s in OPEN
+                     if (n := d.runs.get(s, 0))) or "0"
 
 
 NO_ROUTING = "no routing set (runs go to the starting runtime's version)"
@@ -61,7 +63,8 @@ def _table(found: list[Deployment]) -> None:
     routed = any(d.weight > 0 for d in found)
     rows = [(d.version, str(d.weight) if routed or d.state == "retired" else "-", d.state,
              str(d.workers), _open_runs(d), _age(d.oldest_open, now),
-             f"[bold red]{d.stranded}[/]" if d.stranded else "0")
+             f"[bold red]{at_least(d.stranded, 'stranded' in d.capped)}[/]" if d.stranded
+             else "0")
             for d in found]
     # The open runs share one cell (it wraps), so the table fits 80 columns.
     print_table(
@@ -90,7 +93,10 @@ def status(check: bool, db: str | None, app: str | None, verbose: bool, as_json:
             _table(found)
         stranded = sum(d.stranded for d in found)
         if stranded and not as_json:
-            print(f"{plural(stranded, 'run')} {'is' if stranded == 1 else 'are'} stranded: "
+            more = any("stranded" in d.capped for d in found)
+            what = f"{at_least(stranded, True)} runs are" if more else (
+                f"{plural(stranded, 'run')} {'is' if stranded == 1 else 'are'}")
+            print(f"{what} stranded: "
                   "start a worker of their version, or move "
                   "the parked ones with `tether runs upgrade --from OLD --to NEW`")
         return STRANDED if check and stranded else 0
@@ -148,8 +154,9 @@ def drain(version: str, wait_: bool, timeout: float | None, db: str | None, app:
             while wait_ and d.state == "draining":
                 if not as_json and d.runs != shown:  # a line when the count changes
                     shown = dict(d.runs)
-                    left = ", ".join(f"{n} {s}" for s in OPEN if (n := d.runs.get(s, 0)))
-                    print(f"{version}: draining, {d.open} open runs ({left}) after "
+                    left = _open_runs(d)
+                    print(f"{version}: draining, {at_least(d.open, d.open_more)} open runs "
+                          f"({left}) after "
                           f"{time.monotonic() - began:.0f}s", flush=True)
                 if deadline is not None and time.monotonic() >= deadline:
                     if not as_json:
@@ -164,7 +171,7 @@ def drain(version: str, wait_: bool, timeout: float | None, db: str | None, app:
         if as_json:
             dump(d.as_dict())
         else:
-            print(f"{version}: {d.state}, {d.open} open runs"
+            print(f"{version}: {d.state}, {at_least(d.open, d.open_more)} open runs"
                   + ("; retire it with `tether deploy retire " + version + "`"
                      if d.state == "drained" else ""))
         return 0

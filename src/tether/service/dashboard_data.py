@@ -19,6 +19,7 @@ from urllib.parse import parse_qs
 
 import orjson
 
+from ..deploy import COUNT_CAP as DEPLOY_CAP
 from ..errors import RunNotFound, TetherError
 from ..history import record_of
 from ..runtime import Run, RunStatus, Runtime
@@ -39,7 +40,10 @@ COUNT_CAP = 1000
 SAMPLE = 1000
 """The overview's latest failures are those among the newest SAMPLE runs."""
 COUNTS_EVERY = 5.0
-"""Seconds between two store-wide counts (runtime.status_counts: a full count)."""
+"""Seconds between two store-wide counts (runtime.status_counts, capped at RUN_CAP)."""
+RUN_CAP = 10_000
+"""Counts of runs by status and version stop here ("10,000+"): each an index range read at
+most that far, never every parked run."""
 TREE_CAP = 100
 SENT_CAP = 100  # the newest messages a run sent, shown on its page
 """A run page shows at most this many runs of its children tree (then says so)."""
@@ -72,16 +76,20 @@ class Views:
     async def store_counts(self) -> StatusCounts:
         async with self._counting:
             if not self._counted or time.monotonic() - self._counted[0][0] >= COUNTS_EVERY:
-                self._counted[:] = [(time.monotonic(), await self.runtime.status_counts())]
+                self._counted[:] = [(time.monotonic(),
+                                     await self.runtime.status_counts(cap=RUN_CAP))]
             return self._counted[0][1]
 
     async def overview(self) -> dict[str, Any]:
         totals = await self.store_counts()
         counts = {s.value: 0 for s in RunStatus}
         versions: dict[str, dict[str, int]] = {}
+        more: set[str] = set()  # statuses whose total is a lower bound
         for (status, version), n in totals.runs.items():
             counts[status] = counts.get(status, 0) + n
             versions.setdefault(version, {s.value: 0 for s in RunStatus})[status] = n
+            if (status, version) in totals.runs_more:
+                more.add(status)
         # Failures among the newest runs: a bounded index range, where a filtered read of a
         # rare status would scan a big store's whole table.
         sample = await self.runtime.list_runs(limit=SAMPLE)
@@ -90,11 +98,14 @@ class Views:
         dead = totals.effects.get("dead", 0)
         flags = attention(await self.runtime.deployments(), dead, pending, sample, time.time())
         return {"attention": flags, "counts": counts, "versions": dict(sorted(versions.items())),
+                "more": more, "runs_more": totals.runs_more, "effects_more": totals.effects_more,
+                "run_cap": RUN_CAP,
                 "sample": SAMPLE, "pending": len(pending), "dead": dead,
                 "effects": dict(sorted(totals.effects.items())),
                 "recent": sample[:10], "failed": failed, "cap": COUNT_CAP,
                 "fp": fingerprint([[(r.thread_id, r.status, r.step) for r in sample[:50]],
                                    sorted(totals.runs.items()), totals.effects,
+                                   sorted(totals.runs_more),
                                    len(pending), flags])}
 
     async def runs(self, f: RunFilter) -> dict[str, Any]:
@@ -218,10 +229,11 @@ class Views:
     async def deployments(self) -> dict[str, Any]:
         found = await self.runtime.deployments()
         statuses = ("queued", "running", "waiting", "sleeping")
-        return {"deployments": found, "open_statuses": statuses,
+        return {"deployments": found, "open_statuses": statuses, "cap": DEPLOY_CAP,
                 "routable": [d for d in found if d.state != "retired"],
                 "fp": fingerprint([(d.version, d.weight, d.state, d.workers,
-                                    sorted(d.runs.items()), d.stranded) for d in found])}
+                                    sorted(d.runs.items()), d.stranded, sorted(d.capped))
+                                   for d in found])}
 
     async def workers(self) -> dict[str, Any]:
         found = sorted(await self.runtime.workers(),
@@ -265,12 +277,12 @@ def attention(deployments: list[Any], dead: int, pending: list[Any], sample: lis
     out: list[tuple[str, str]] = []
     for d in deployments:
         if d.stranded:
-            out.append(("/ui/deployments", f"{_n(d.stranded, 'run')} of {d.version} "
-                        f"{'is' if d.stranded == 1 else 'are'} stranded: no live worker of "
-                        "their version can resume them"))
+            out.append(("/ui/deployments", f"{_n(d.stranded, 'run', 'stranded' in d.capped)} "
+                        f"of {d.version} {'is' if d.stranded == 1 else 'are'} stranded: no "
+                        "live worker of their version can resume them"))
         elif d.open and not d.workers and d.state != "retired":
-            out.append(("/ui/deployments", f"{d.version} has {_n(d.open, 'open run')} and no "
-                        "live worker: start a worker of it, or move its parked runs"))
+            out.append(("/ui/deployments", f"{d.version} has {_n(d.open, 'open run', d.open_more)}"
+                        " and no live worker: start a worker of it, or move its parked runs"))
     if dead:
         out.append(("/ui/effects", f"{_n(dead, 'effect')} {'is' if dead == 1 else 'are'} dead: "
                     "retry once the cause is fixed"))
@@ -287,8 +299,8 @@ def attention(deployments: list[Any], dead: int, pending: list[Any], sample: lis
     return out
 
 
-def _n(n: int, word: str) -> str:
-    return f"{n:,} {word}" + ("" if n == 1 else "s")
+def _n(n: int, word: str, more: bool = False) -> str:
+    return f"{n:,}{'+' if more else ''} {word}" + ("" if n == 1 and not more else "s")
 
 
 def _waited(seconds: float) -> str:

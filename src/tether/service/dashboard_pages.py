@@ -67,6 +67,7 @@ class PageViews(Views):
         for (status, version), n in totals.runs.items():
             if status in PARKED and n:
                 parked.setdefault(version, dict.fromkeys(PARKED, 0))[status] = n
+        more = {k for k in totals.runs_more if k[0] in PARKED}
         charts_of = {w.name: {
             "runs": bars(w.runs, since=w.since, width_s=w.width, kind="runs",
                          label=f"runs finished, last {w.name}"),
@@ -74,6 +75,7 @@ class PageViews(Views):
                           label=f"steps finished, last {w.name}")} for w in windows}
         return {"windows": windows, "charts": charts_of, "parked": dict(sorted(parked.items())),
                 "parked_total": {s: sum(p[s] for p in parked.values()) for s in PARKED},
+                "parked_more": more, "parked_total_more": {s for s, _ in more},
                 "sample": charts.SAMPLE, "took_ms": took * 1000.0,
                 "fp": await self.metrics_tip(now)}
 

@@ -17,6 +17,7 @@ import orjson
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from .. import serde
+from ..deploy import at_least
 from ..records import checkpoint_of
 from ..state import apply
 from ..store.base import CheckpointRecord
@@ -154,7 +155,7 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(json=to_json, short_json=short_json, when=when, duration=duration)
-    env.globals.update(MISSING=MISSING, age=age, bar_width=bar_width)
+    env.globals.update(MISSING=MISSING, age=age, bar_width=bar_width, at_least=at_least)
     return env
 
 

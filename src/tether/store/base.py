@@ -253,16 +253,25 @@ class StepCommit:
 
 @dataclass(frozen=True, slots=True)
 class StatusCounts:
-    """Store-wide counts: runs by (status, version), effects not done by status."""
+    """Store-wide counts: runs by (status, version), effects not done by status. Read with a
+    cap, a count that stopped there is a lower bound: its key is in `runs_more` or
+    `effects_more` (shown "10,000+")."""
 
     runs: dict[tuple[str, str], int]
     effects: dict[str, int]
+    runs_more: frozenset[tuple[str, str]] = frozenset()
+    effects_more: frozenset[str] = frozenset()
 
     @classmethod
     def from_rows(cls, rows: Sequence[tuple[str, str, str, int]]) -> StatusCounts:
-        runs = {(status, version): int(n) for kind, status, version, n in rows if kind == "run"}
-        effects = {status: int(n) for kind, status, _, n in rows if kind == "effect"}
-        return cls(runs, effects)
+        """Rows of (kind, status, version, n): kind 'run' or 'effect', with a '+' when n is
+        a lower bound."""
+        runs = {(status, version): int(n) for kind, status, version, n in rows
+                if kind.startswith("run")}
+        effects = {status: int(n) for kind, status, _, n in rows if kind.startswith("effect")}
+        return cls(runs, effects,
+                   frozenset((s, v) for kind, s, v, _ in rows if kind == "run+"),
+                   frozenset(s for kind, s, _, _ in rows if kind == "effect+"))
 
 
 class CommitObserver(Protocol):
@@ -296,11 +305,12 @@ class Deployments(Protocol):
         """Set these versions' weights; `replace`: every version not named gets weight 0.
         One transaction (with the audit row, if given)."""
 
-    async def open_runs(self) -> list[OpenRuns]:
-        """Open runs (queued, running, waiting, sleeping) counted by version and status."""
+    async def open_runs(self, cap: int | None = None) -> list[OpenRuns]:
+        """Open runs (queued, running, waiting, sleeping) counted by version and status;
+        with `cap`, each count stops at cap + 1 (an index range read that far)."""
 
-    async def stranded_runs(self, version: str, before: float) -> int:
-        """Open runs of `version` last updated before `before`."""
+    async def stranded_runs(self, version: str, before: float, cap: int | None = None) -> int:
+        """Open runs of `version` last updated before `before` (at most cap + 1)."""
 
     async def retire_version(self, version: str, limit: int = 20,
                              audit: Audit | None = None) -> list[str]:
@@ -549,8 +559,9 @@ class Store(Protocol):
         """The load over the last `window` seconds (database clock), for the scaling advisor:
         reads only, a few scans; see store/measure.py."""
 
-    async def status_counts(self) -> StatusCounts:
-        """Runs by status and version and effects by status, store-wide, in one query."""
+    async def status_counts(self, cap: int | None = None) -> StatusCounts:
+        """Runs by status and version and effects by status, store-wide, in one query; with
+        `cap`, each count read through an index and stopping there (StatusCounts.runs_more)."""
 
     @property
     def retention(self) -> Retention:

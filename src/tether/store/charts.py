@@ -44,7 +44,9 @@ def reader(store: Any) -> Query:
     conns = store._conns
 
     async def pg_query(name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        return [tuple(r) for r in await conns.read(q[name], dict(params))]
+        # Each an index range or a LIMIT of one: read so, whatever the statistics say (an
+        # unanalyzed checkpoints table was read whole for an agent's edges).
+        return [tuple(r) for r in await conns.read_by_index(q[name], dict(params))]
 
     return pg_query
 

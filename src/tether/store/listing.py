@@ -19,13 +19,16 @@ Postgres database in C, POSIX or C.UTF-8. Under a linguistic collation (en_US.UT
 the strings that start with a prefix need not be one range ('order-9' sorts after 'order.'),
 so there the prefix is only a filter (`starts_with`), exact but read along runs_created.
 
+An open status (queued, running, waiting, sleeping; newest or oldest first, with neither a
+parent nor a prefix range) walks runs_open: per version (a skip scan of the versions), its
+(version, status, created_at, thread_id) range past the cursor, a page each, merged: a page
+of a million parked runs reads a page per version (`_open`).
 A rare terminal status (failed, cancelled; newest or oldest first, with neither a parent
 nor a prefix range) walks its partial index instead (runs_failed, runs_cancelled: that
 status's runs in creation order), so a filter that matches nothing reads that status's runs,
 not the whole table; with a version, its `_version` query checks it in the index's key (a
-version with none of them reads no run). Other statuses are filters on runs_created
-(completed runs are most of a store; the live ones change status on every claim and park,
-which an index would tax).
+version with none of them reads no run). Completed is a filter on runs_created
+(completed runs are most of a store).
 """
 
 from __future__ import annotations
@@ -91,7 +94,7 @@ class RunQuery:
         ranged = end is not None and code_point_order and self.parent is None
         by_status = self.status in INDEXED_STATUSES and self.order != "updated"
         part = ("_open" if self.status in OPEN_STATUSES else "_finished"
-                if self.status in FINISHED_STATUSES else "") if self.order == "updated" else ""
+                if self.status in FINISHED_STATUSES and self.order == "updated" else "")
         variant = ("_parent" if self.parent is not None else "_prefix" if ranged
                    else f"_{self.status}" if by_status else part)
         if variant == f"_{self.status}" and self.version is not None:
@@ -112,6 +115,17 @@ class RunQuery:
         if ranged:
             params["lo"], params["hi"] = self.prefix, end
         return name, params
+
+
+def index_ordered(name: str) -> bool:
+    """Whether the named listing reads an index in its own order, a page of it (of each
+    version's range, for `_open`), no sort of what it matched: Postgres reads those with
+    sorting off (read_by_index), so no statistics make the planner sort every
+    matching run instead. The others sort a bounded set (a run's children, a prefix's
+    range, the open runs by updated_at), which sorting off would turn into a walk of
+    runs_created."""
+    return not name.endswith(("_parent", "_prefix")) and name not in (
+        "list_runs_updated", "list_runs_updated_open")
 
 
 def prefix_end(prefix: str) -> str | None:

@@ -47,12 +47,20 @@ class PgDeployments:
 
         await self._conns.transaction(body)
 
-    async def open_runs(self) -> list[OpenRuns]:
-        return [OpenRuns(*r) for r in await self._conns.read(self._q["open_runs"])]
+    async def open_runs(self, cap: int | None = None) -> list[OpenRuns]:
+        if cap is None:
+            return [OpenRuns(*r) for r in await self._conns.read(self._q["open_runs"])]
+        versions = [r[0] for r in await self._conns.read(self._q["open_versions"])]
+        if not versions:
+            return []
+        rows = await self._conns.read(self._q["open_runs_capped"],
+                                      {"cap": cap, "versions": versions})
+        return [OpenRuns(*r) for r in rows if r[2]]
 
-    async def stranded_runs(self, version: str, before: float) -> int:
-        row = await self._conns.read_one(self._q["stranded_runs"],
-                                         {"version": version, "before": before})
+    async def stranded_runs(self, version: str, before: float, cap: int | None = None) -> int:
+        rows = await self._conns.read_by_index(  # along runs_open, whatever the statistics
+            self._q["stranded_runs"], {"version": version, "before": before, "cap": cap})
+        row = rows[0] if rows else None
         return int(row[0]) if row is not None else 0
 
     async def retire_version(self, version: str, limit: int = 20,

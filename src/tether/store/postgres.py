@@ -45,7 +45,7 @@ from .base import (
     StatusCounts,
     StepCommit,
 )
-from .listing import RunQuery
+from .listing import RunQuery, index_ordered
 from .measure import LoadStats
 from .measure import measure as measure_load
 from .migrate import behind_message
@@ -214,7 +214,8 @@ class PostgresStore(PgSessionsPart):
             status=status, agent=agent, version=version, parent=parent, since=since,
             until=until, prefix=prefix, order=order, before=before, limit=limit,
         ).plan(code_point_order=self._code_point_order)
-        return [_run(r) for r in await self._conns.read(self._q[name], params)]
+        read = self._conns.read_by_index if index_ordered(name) else self._conns.read
+        return [_run(r) for r in await read(self._q[name], params)]
 
     # -- leases ----------------------------------------------------------------------------
 
@@ -587,8 +588,10 @@ class PostgresStore(PgSessionsPart):
 
         return await measure_load(query, await self.now(), window)
 
-    async def status_counts(self) -> StatusCounts:
-        rows = await self._conns.read(self._q["status_counts"], {})
+    async def status_counts(self, cap: int | None = None) -> StatusCounts:  # capped: versions first
+        versions = [r[0] for r in await self._conns.read(self._q["open_versions"])] if cap else []
+        rows = await self._conns.read(self._q["status_counts_capped" if cap else "status_counts"],
+                                      {"cap": cap, "versions": versions})
         return StatusCounts.from_rows([tuple(r) for r in rows])
 
     async def list_audit(self, *, thread_id: str | None = None, action: str | None = None,

@@ -595,6 +595,6 @@ class SQLiteStore(SQLiteSessionsPart):
         params = {"thread_id": thread_id, "action": action, "limit": limit, "before": before}
         return [AuditRecord(*r) for r in await self._r(lambda c: c.execute(q, params).fetchall())]
 
-    async def status_counts(self) -> StatusCounts:
-        q = self._q["status_counts"]
-        return StatusCounts.from_rows(await self._r(lambda c: c.execute(q).fetchall()))
+    async def status_counts(self, cap: int | None = None) -> StatusCounts:
+        q = self._q["status_counts" if cap is None else "status_counts_capped"]
+        return StatusCounts.from_rows(await self._r(lambda c: c.execute(q, {"cap": cap}).fetchall()))

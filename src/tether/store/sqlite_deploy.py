@@ -63,11 +63,14 @@ class SQLiteDeployments:
 
         await self._w(job)
 
-    async def open_runs(self) -> list[OpenRuns]:
-        return [OpenRuns(*r) for r in await self._rows("open_runs")]
+    async def open_runs(self, cap: int | None = None) -> list[OpenRuns]:
+        if cap is None:
+            return [OpenRuns(*r) for r in await self._rows("open_runs")]
+        return [OpenRuns(*r) for r in await self._rows("open_runs_capped", {"cap": cap})]
 
-    async def stranded_runs(self, version: str, before: float) -> int:
-        rows = await self._rows("stranded_runs", {"version": version, "before": before})
+    async def stranded_runs(self, version: str, before: float, cap: int | None = None) -> int:
+        rows = await self._rows("stranded_runs", {"version": version, "before": before,
+                                                  "cap": cap})
         return int(rows[0][0])
 
     async def retire_version(self, version: str, limit: int = 20,

@@ -58,11 +58,53 @@ WHERE status IN ('queued', 'running', 'waiting', 'sleeping')
 GROUP BY version, status
 ORDER BY version, status;
 
+-- name: open_versions
+-- The versions that have open runs, one index seek each (a skip scan of runs_open: a
+-- recursive walk to the next version), however many runs each has.
+WITH RECURSIVE v(version) AS (
+    (SELECT version FROM runs WHERE status IN ('queued', 'running', 'waiting', 'sleeping')
+     ORDER BY version LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.version FROM runs AS r
+            WHERE r.status IN ('queued', 'running', 'waiting', 'sleeping')
+              AND r.version > v.version
+            ORDER BY r.version LIMIT 1)
+    FROM v WHERE v.version IS NOT NULL
+)
+SELECT version FROM v WHERE version IS NOT NULL;
+
+-- name: open_runs_capped
+-- open_runs of the given versions (open_versions) with each count stopping at %(cap)s + 1
+-- (the caller shows "cap+"): per version and status a range of runs_open read at most that
+-- far, and its first entry for the oldest; never every open run, however many are parked.
+-- The literal status list makes the partial index usable for a status bound at run time.
+-- Two statements, not one: the versions are then a known array, and the plan's estimate
+-- stays under the JIT threshold (compiling it cost 40 ms, more than the reads).
+SELECT v.version, s.status, c.n, o.oldest
+FROM unnest(%(versions)s::text[]) AS v(version)
+CROSS JOIN (VALUES ('queued'), ('running'), ('waiting'), ('sleeping')) AS s(status)
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n FROM (SELECT 1 FROM runs AS r
+                               WHERE r.version = v.version AND r.status = s.status
+                                 AND r.status IN ('queued', 'running', 'waiting', 'sleeping')
+                               LIMIT %(cap)s + 1) AS x) AS c
+CROSS JOIN LATERAL (
+    SELECT r.created_at AS oldest FROM runs AS r
+    WHERE r.version = v.version AND r.status = s.status
+      AND r.status IN ('queued', 'running', 'waiting', 'sleeping')
+    ORDER BY r.created_at LIMIT 1) AS o
+ORDER BY v.version, s.status;
+
 -- name: stranded_runs
+-- Counted at most %(cap)s + 1 (NULL: all): a version's open runs not updated since before,
+-- read along runs_open (its order named, so a seq scan of the table that stops at the cap
+-- is not taken: it reads every other version's runs first).
 SELECT count(*)
-FROM runs
-WHERE version = %(version)s AND status IN ('queued', 'running', 'waiting', 'sleeping')
-  AND updated_at < %(before)s::float8;
+FROM (SELECT 1 FROM runs
+      WHERE version = %(version)s AND status IN ('queued', 'running', 'waiting', 'sleeping')
+        AND updated_at < %(before)s::float8
+      ORDER BY version, status, created_at, thread_id
+      LIMIT %(cap)s::bigint + 1) AS s;
 
 -- name: open_run_ids
 -- The oldest open runs of a version (what retire names when it refuses).

@@ -98,6 +98,42 @@ LIMIT %(limit)s
 -- list_runs_oldest_cancelled of one version, checked in runs_cancelled's key.
 {{oldest(AND status = 'cancelled' AND version = %(version)s::text)}}
 
+-- fragment: open_page(cmp, dir)
+-- A page of one open status (bound: %(status)s is one of them) in created order: per version
+-- that has open runs (a skip scan of runs_open, one seek each), that version's range of
+-- runs_open (version, status, created_at, thread_id: migration 0016) past the cursor, a page
+-- of it, then the pages merged; never every open run of the status, however many are
+-- parked. The literal status list makes the partial index usable for a bound status.
+WITH RECURSIVE v(ver) AS (
+    (SELECT version FROM runs WHERE status IN ('queued', 'running', 'waiting', 'sleeping')
+     ORDER BY version LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.version FROM runs AS r
+            WHERE r.status IN ('queued', 'running', 'waiting', 'sleeping') AND r.version > v.ver
+            ORDER BY r.version LIMIT 1)
+    FROM v WHERE v.ver IS NOT NULL
+)
+SELECT p.* FROM v CROSS JOIN LATERAL (
+    SELECT {{run_columns}} FROM runs
+    {{run_filter}}
+      AND version = v.ver AND status = %(status)s::text
+      AND status IN ('queued', 'running', 'waiting', 'sleeping')
+      AND (created_at, thread_id) {{cmp}} (%(cur_ts)s::float8, %(cur_id)s::text)
+    ORDER BY created_at {{dir}}, thread_id {{dir}}
+    LIMIT %(limit)s
+) AS p
+WHERE v.ver IS NOT NULL
+ORDER BY p.created_at {{dir}}, p.thread_id {{dir}}
+LIMIT %(limit)s
+
+-- name: list_runs_newest_open
+-- list_runs_newest of an open status (open_page).
+{{open_page(<, DESC)}}
+
+-- name: list_runs_oldest_open
+-- list_runs_oldest of an open status (open_page).
+{{open_page(>, ASC)}}
+
 -- name: list_runs_updated
 -- Most recently updated first: the open runs (runs_open: few, read whole and sorted) merged
 -- with the finished ones walked down runs_finished (finished_at = updated_at once finished:

@@ -7,3 +7,53 @@ SELECT 'run', status, version, count(*) FROM runs GROUP BY status, version
 UNION ALL
 SELECT 'effect', status, '', count(*) FROM outbox
 WHERE status IN ('pending', 'running', 'dead') GROUP BY status;
+
+-- name: status_counts_capped
+-- status_counts for a person (the dashboard): every count stops at %(cap)s (kind 'run+' or
+-- 'effect+': at least that many), each read through an index, never every open run:
+-- open runs per version (given: the skip scan open_versions, read first: a known array
+-- keeps the plan's estimate under the JIT threshold) and status, a range of runs_open read
+-- at most %(cap)s + 1 far; failed and cancelled, their partial indexes (at most %(cap)s entries, by version);
+-- completed, among the newest %(cap)s finished runs (runs_finished); effects, at most %(cap)s
+-- + 1 of each status.
+SELECT CASE WHEN n > %(cap)s THEN 'run+' ELSE 'run' END, status, version, least(n, %(cap)s)
+FROM (
+    SELECT v.version AS version, s.status,
+           (SELECT count(*) FROM (SELECT 1 FROM runs AS r
+                                  WHERE r.version = v.version AND r.status = s.status
+                                    AND r.status IN ('queued', 'running', 'waiting', 'sleeping')
+                                  LIMIT %(cap)s + 1) AS x) AS n
+    FROM unnest(%(versions)s::text[]) AS v(version)
+    CROSS JOIN (VALUES ('queued'), ('running'), ('waiting'), ('sleeping')) AS s(status)
+    OFFSET 0  -- each count once, not again for each column that uses it
+) AS o
+WHERE n > 0
+UNION ALL
+SELECT CASE WHEN (SELECT count(*) FROM (SELECT 1 FROM runs WHERE status = 'failed'
+                                        LIMIT %(cap)s) AS c) >= %(cap)s THEN 'run+' ELSE 'run' END,
+       'failed', version, count(*)
+FROM (SELECT version FROM runs WHERE status = 'failed' LIMIT %(cap)s) AS f
+GROUP BY version
+UNION ALL
+SELECT CASE WHEN (SELECT count(*) FROM (SELECT 1 FROM runs WHERE status = 'cancelled'
+                                        LIMIT %(cap)s) AS c) >= %(cap)s THEN 'run+' ELSE 'run' END,
+       'cancelled', version, count(*)
+FROM (SELECT version FROM runs WHERE status = 'cancelled' LIMIT %(cap)s) AS f
+GROUP BY version
+UNION ALL
+SELECT CASE WHEN (SELECT count(*) FROM (SELECT 1 FROM runs WHERE finished_at IS NOT NULL
+                                        LIMIT %(cap)s) AS c) >= %(cap)s THEN 'run+' ELSE 'run' END,
+       'completed', version, count(*)
+FROM (SELECT status, version FROM runs WHERE finished_at IS NOT NULL
+      ORDER BY finished_at DESC LIMIT %(cap)s) AS f
+WHERE status = 'completed'
+GROUP BY version
+UNION ALL
+SELECT CASE WHEN n > %(cap)s THEN 'effect+' ELSE 'effect' END, status, '', least(n, %(cap)s)
+FROM (
+    SELECT e.status, (SELECT count(*) FROM (SELECT 1 FROM outbox AS o WHERE o.status = e.status
+                                            LIMIT %(cap)s + 1) AS x) AS n
+    FROM (VALUES ('pending'), ('running'), ('dead')) AS e(status)
+    OFFSET 0
+) AS e
+WHERE n > 0;

@@ -50,11 +50,53 @@ WHERE status IN ('queued', 'running', 'waiting', 'sleeping')
 GROUP BY version, status
 ORDER BY version, status;
 
+-- fragment: open_versions
+-- The versions that have open runs, one index seek each (a skip scan of runs_open: a
+-- recursive walk to the next version), however many runs each has.
+WITH RECURSIVE v(version) AS (
+    SELECT (SELECT version FROM runs WHERE status IN ('queued', 'running', 'waiting', 'sleeping')
+            ORDER BY version LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.version FROM runs AS r
+            WHERE r.status IN ('queued', 'running', 'waiting', 'sleeping')
+              AND r.version > v.version
+            ORDER BY r.version LIMIT 1)
+    FROM v WHERE v.version IS NOT NULL
+), open_status(status) AS (VALUES ('queued'), ('running'), ('waiting'), ('sleeping'))
+
+-- fragment: open_count(version, status)
+-- The open runs of one version and status, counted at most :cap + 1 of them: one range of
+-- runs_open (the literal status list makes the partial index usable for a bound status).
+(SELECT count(*) FROM (SELECT 1 FROM runs AS r
+                       WHERE r.version = {{version}} AND r.status = {{status}}
+                         AND r.status IN ('queued', 'running', 'waiting', 'sleeping')
+                       LIMIT :cap + 1))
+
+-- name: open_runs_capped
+-- open_runs with each count stopping at :cap + 1 (the caller shows "cap+"): per version
+-- (open_versions) and status, a range of runs_open read at most that far, and the first
+-- entry of it for the oldest; never every open run, however many are parked.
+{{open_versions}}
+SELECT * FROM (
+    SELECT v.version, s.status, {{open_count(v.version, s.status)}} AS n,
+           (SELECT r.created_at FROM runs AS r
+            WHERE r.version = v.version AND r.status = s.status
+              AND r.status IN ('queued', 'running', 'waiting', 'sleeping')
+            ORDER BY r.created_at LIMIT 1) AS oldest
+    FROM v CROSS JOIN open_status AS s
+    WHERE v.version IS NOT NULL
+)
+WHERE n > 0
+ORDER BY version, status;
+
 -- name: stranded_runs
+-- Counted at most :cap + 1 (NULL: all, as LIMIT -1 is none): a version's open runs not
+-- updated since before.
 SELECT count(*)
-FROM runs
-WHERE version = :version AND status IN ('queued', 'running', 'waiting', 'sleeping')
-  AND updated_at < :before;
+FROM (SELECT 1 FROM runs
+      WHERE version = :version AND status IN ('queued', 'running', 'waiting', 'sleeping')
+        AND updated_at < :before
+      LIMIT coalesce(:cap + 1, -1));
 
 -- name: open_run_ids
 -- The oldest open runs of a version (what retire names when it refuses).

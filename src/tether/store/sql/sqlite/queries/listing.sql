@@ -100,6 +100,43 @@ LIMIT :limit
 -- list_runs_oldest_cancelled of one version, checked in runs_cancelled's key.
 {{oldest(runs, AND status = 'cancelled' AND version = :version)}}
 
+-- fragment: open_page(cmp, dir)
+-- A page of one open status (bound: :status is one of them) in created order: per version
+-- that has open runs (a skip scan of runs_open, one seek each), that version's range of
+-- runs_open (version, status, created_at, thread_id: migration 0016) past the cursor, a page
+-- of it (a correlated IN: SQLite has no LATERAL), then the pages merged; never every open
+-- run of the status, however many are parked.
+WITH RECURSIVE v(ver) AS (
+    SELECT (SELECT version FROM runs INDEXED BY runs_open
+            WHERE status IN ('queued', 'running', 'waiting', 'sleeping')
+            ORDER BY version LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.version FROM runs AS r INDEXED BY runs_open
+            WHERE r.status IN ('queued', 'running', 'waiting', 'sleeping') AND r.version > v.ver
+            ORDER BY r.version LIMIT 1)
+    FROM v WHERE v.ver IS NOT NULL
+)
+SELECT {{run_columns}} FROM v, runs
+WHERE v.ver IS NOT NULL AND runs.rowid IN (
+    SELECT rowid FROM runs INDEXED BY runs_open
+    {{run_filter}}
+      AND version = v.ver AND status = :status
+      AND status IN ('queued', 'running', 'waiting', 'sleeping')
+      AND (created_at, thread_id) {{cmp}} (:cur_ts, :cur_id)
+    ORDER BY created_at {{dir}}, thread_id {{dir}}
+    LIMIT :limit
+)
+ORDER BY created_at {{dir}}, thread_id {{dir}}
+LIMIT :limit
+
+-- name: list_runs_newest_open
+-- list_runs_newest of an open status (open_page).
+{{open_page(<, DESC)}}
+
+-- name: list_runs_oldest_open
+-- list_runs_oldest of an open status (open_page).
+{{open_page(>, ASC)}}
+
 -- name: list_runs_updated
 -- Most recently updated first: the open runs (runs_open: few, read whole and sorted) merged
 -- with the finished ones walked down runs_finished (finished_at = updated_at once finished:

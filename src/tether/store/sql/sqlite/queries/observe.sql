@@ -7,3 +7,65 @@ SELECT 'run', status, version, count(*) FROM runs GROUP BY status, version
 UNION ALL
 SELECT 'effect', status, '', count(*) FROM outbox
 WHERE status IN ('pending', 'running', 'dead') GROUP BY status;
+
+-- name: status_counts_capped
+-- status_counts for a person (the dashboard): every count stops at :cap (kind 'run+' or
+-- 'effect+': at least that many), each read through an index, never every open run:
+-- open runs per version (a skip scan of runs_open) and status, a range of runs_open read
+-- at most :cap + 1 far; failed and cancelled, their partial indexes (at most :cap entries, by version);
+-- completed, among the newest :cap finished runs (runs_finished); effects, at most :cap
+-- + 1 of each status.
+WITH RECURSIVE v(ver) AS (
+    SELECT (SELECT version FROM runs INDEXED BY runs_open
+            WHERE status IN ('queued', 'running', 'waiting', 'sleeping')
+            ORDER BY version LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.version FROM runs AS r INDEXED BY runs_open
+            WHERE r.status IN ('queued', 'running', 'waiting', 'sleeping') AND r.version > v.ver
+            ORDER BY r.version LIMIT 1)
+    FROM v WHERE v.ver IS NOT NULL
+),
+open_status(status) AS (VALUES ('queued'), ('running'), ('waiting'), ('sleeping')),
+effect_status(status) AS (VALUES ('pending'), ('running'), ('dead'))
+SELECT CASE WHEN n > :cap THEN 'run+' ELSE 'run' END, status, version, min(n, :cap)
+FROM (
+    SELECT v.ver AS version, s.status,
+           (SELECT count(*) FROM (SELECT 1 FROM runs AS r
+                                  WHERE r.version = v.ver AND r.status = s.status
+                                    AND r.status IN ('queued', 'running', 'waiting', 'sleeping')
+                                  LIMIT :cap + 1)) AS n
+    FROM v
+    CROSS JOIN open_status AS s
+    WHERE v.ver IS NOT NULL
+    LIMIT -1 OFFSET 0  -- each count once, not again for each column that uses it
+)
+WHERE n > 0
+UNION ALL
+SELECT CASE WHEN (SELECT count(*) FROM (SELECT 1 FROM runs WHERE status = 'failed'
+                                        LIMIT :cap)) >= :cap THEN 'run+' ELSE 'run' END,
+       'failed', version, count(*)
+FROM (SELECT version FROM runs WHERE status = 'failed' LIMIT :cap)
+GROUP BY version
+UNION ALL
+SELECT CASE WHEN (SELECT count(*) FROM (SELECT 1 FROM runs WHERE status = 'cancelled'
+                                        LIMIT :cap)) >= :cap THEN 'run+' ELSE 'run' END,
+       'cancelled', version, count(*)
+FROM (SELECT version FROM runs WHERE status = 'cancelled' LIMIT :cap)
+GROUP BY version
+UNION ALL
+SELECT CASE WHEN (SELECT count(*) FROM (SELECT 1 FROM runs WHERE finished_at IS NOT NULL
+                                        LIMIT :cap)) >= :cap THEN 'run+' ELSE 'run' END,
+       'completed', version, count(*)
+FROM (SELECT status, version FROM runs WHERE finished_at IS NOT NULL
+      ORDER BY finished_at DESC LIMIT :cap)
+WHERE status = 'completed'
+GROUP BY version
+UNION ALL
+SELECT CASE WHEN n > :cap THEN 'effect+' ELSE 'effect' END, status, '', min(n, :cap)
+FROM (
+    SELECT e.status, (SELECT count(*) FROM (SELECT 1 FROM outbox AS o WHERE o.status = e.status
+                                            LIMIT :cap + 1)) AS n
+    FROM effect_status AS e
+    LIMIT -1 OFFSET 0
+)
+WHERE n > 0;
