@@ -58,9 +58,10 @@ WHERE status IN ('queued', 'running', 'waiting', 'sleeping')
 GROUP BY version, status
 ORDER BY version, status;
 
--- name: open_versions
--- The versions that have open runs, one index seek each (a skip scan of runs_open: a
--- recursive walk to the next version), however many runs each has.
+-- fragment: open_version_walk
+-- The versions that have open runs as `v(version)`, one index seek each (a skip scan of
+-- runs_open: a recursive walk to the next version), however many runs each has; the last
+-- row is NULL.
 WITH RECURSIVE v(version) AS (
     (SELECT version FROM runs WHERE status IN ('queued', 'running', 'waiting', 'sleeping')
      ORDER BY version LIMIT 1)
@@ -71,6 +72,10 @@ WITH RECURSIVE v(version) AS (
             ORDER BY r.version LIMIT 1)
     FROM v WHERE v.version IS NOT NULL
 )
+
+-- name: open_versions
+-- The versions that have open runs (open_version_walk).
+{{open_version_walk}}
 SELECT version FROM v WHERE version IS NOT NULL;
 
 -- name: open_runs_capped

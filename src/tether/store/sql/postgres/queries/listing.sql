@@ -104,25 +104,17 @@ LIMIT %(limit)s
 -- runs_open (version, status, created_at, thread_id: migration 0016) past the cursor, a page
 -- of it, then the pages merged; never every open run of the status, however many are
 -- parked. The literal status list makes the partial index usable for a bound status.
-WITH RECURSIVE v(ver) AS (
-    (SELECT version FROM runs WHERE status IN ('queued', 'running', 'waiting', 'sleeping')
-     ORDER BY version LIMIT 1)
-    UNION ALL
-    SELECT (SELECT r.version FROM runs AS r
-            WHERE r.status IN ('queued', 'running', 'waiting', 'sleeping') AND r.version > v.ver
-            ORDER BY r.version LIMIT 1)
-    FROM v WHERE v.ver IS NOT NULL
-)
+{{open_version_walk}}
 SELECT p.* FROM v CROSS JOIN LATERAL (
     SELECT {{run_columns}} FROM runs
     {{run_filter}}
-      AND version = v.ver AND status = %(status)s::text
+      AND version = v.version AND status = %(status)s::text
       AND status IN ('queued', 'running', 'waiting', 'sleeping')
       AND (created_at, thread_id) {{cmp}} (%(cur_ts)s::float8, %(cur_id)s::text)
     ORDER BY created_at {{dir}}, thread_id {{dir}}
     LIMIT %(limit)s
 ) AS p
-WHERE v.ver IS NOT NULL
+WHERE v.version IS NOT NULL
 ORDER BY p.created_at {{dir}}, p.thread_id {{dir}}
 LIMIT %(limit)s
 

@@ -54,10 +54,11 @@ ORDER BY version, status;
 -- The versions that have open runs, one index seek each (a skip scan of runs_open: a
 -- recursive walk to the next version), however many runs each has.
 WITH RECURSIVE v(version) AS (
-    SELECT (SELECT version FROM runs WHERE status IN ('queued', 'running', 'waiting', 'sleeping')
+    SELECT (SELECT version FROM runs INDEXED BY runs_open
+            WHERE status IN ('queued', 'running', 'waiting', 'sleeping')
             ORDER BY version LIMIT 1)
     UNION ALL
-    SELECT (SELECT r.version FROM runs AS r
+    SELECT (SELECT r.version FROM runs AS r INDEXED BY runs_open
             WHERE r.status IN ('queued', 'running', 'waiting', 'sleeping')
               AND r.version > v.version
             ORDER BY r.version LIMIT 1)

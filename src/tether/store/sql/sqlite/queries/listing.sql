@@ -106,21 +106,12 @@ LIMIT :limit
 -- runs_open (version, status, created_at, thread_id: migration 0016) past the cursor, a page
 -- of it (a correlated IN: SQLite has no LATERAL), then the pages merged; never every open
 -- run of the status, however many are parked.
-WITH RECURSIVE v(ver) AS (
-    SELECT (SELECT version FROM runs INDEXED BY runs_open
-            WHERE status IN ('queued', 'running', 'waiting', 'sleeping')
-            ORDER BY version LIMIT 1)
-    UNION ALL
-    SELECT (SELECT r.version FROM runs AS r INDEXED BY runs_open
-            WHERE r.status IN ('queued', 'running', 'waiting', 'sleeping') AND r.version > v.ver
-            ORDER BY r.version LIMIT 1)
-    FROM v WHERE v.ver IS NOT NULL
-)
-SELECT {{run_columns}} FROM v, runs
-WHERE v.ver IS NOT NULL AND runs.rowid IN (
+{{open_versions}}
+SELECT {{run_columns}} FROM (SELECT version AS ver FROM v) AS o, runs  -- o: runs has a version too
+WHERE o.ver IS NOT NULL AND runs.rowid IN (
     SELECT rowid FROM runs INDEXED BY runs_open
     {{run_filter}}
-      AND version = v.ver AND status = :status
+      AND version = o.ver AND status = :status
       AND status IN ('queued', 'running', 'waiting', 'sleeping')
       AND (created_at, thread_id) {{cmp}} (:cur_ts, :cur_id)
     ORDER BY created_at {{dir}}, thread_id {{dir}}

@@ -15,28 +15,18 @@ WHERE status IN ('pending', 'running', 'dead') GROUP BY status;
 -- at most :cap + 1 far; failed and cancelled, their partial indexes (at most :cap entries, by version);
 -- completed, among the newest :cap finished runs (runs_finished); effects, at most :cap
 -- + 1 of each status.
-WITH RECURSIVE v(ver) AS (
-    SELECT (SELECT version FROM runs INDEXED BY runs_open
-            WHERE status IN ('queued', 'running', 'waiting', 'sleeping')
-            ORDER BY version LIMIT 1)
-    UNION ALL
-    SELECT (SELECT r.version FROM runs AS r INDEXED BY runs_open
-            WHERE r.status IN ('queued', 'running', 'waiting', 'sleeping') AND r.version > v.ver
-            ORDER BY r.version LIMIT 1)
-    FROM v WHERE v.ver IS NOT NULL
-),
-open_status(status) AS (VALUES ('queued'), ('running'), ('waiting'), ('sleeping')),
+{{open_versions}},
 effect_status(status) AS (VALUES ('pending'), ('running'), ('dead'))
 SELECT CASE WHEN n > :cap THEN 'run+' ELSE 'run' END, status, version, min(n, :cap)
 FROM (
-    SELECT v.ver AS version, s.status,
+    SELECT v.version, s.status,
            (SELECT count(*) FROM (SELECT 1 FROM runs AS r
-                                  WHERE r.version = v.ver AND r.status = s.status
+                                  WHERE r.version = v.version AND r.status = s.status
                                     AND r.status IN ('queued', 'running', 'waiting', 'sleeping')
                                   LIMIT :cap + 1)) AS n
     FROM v
     CROSS JOIN open_status AS s
-    WHERE v.ver IS NOT NULL
+    WHERE v.version IS NOT NULL
     LIMIT -1 OFFSET 0  -- each count once, not again for each column that uses it
 )
 WHERE n > 0
