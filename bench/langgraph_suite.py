@@ -8,7 +8,9 @@ langgraph==<version> --no-deps --no-binary :all:`), unpacks it into a temporary 
 replaces its tests/conftest.py with bench/langgraph_suite_conftest.py (TetherSaver, sync and
 async, as the `sync_checkpointer` / `async_checkpointer` variant; a SQLite file or a Postgres
 database per test, copied or cloned from a migrated template) and runs the tests that take a
-checkpointer once per checkpointer, then prints: checkpointer, passed, failed, skipped, seconds.
+checkpointer once per checkpointer, then prints: checkpointer, passed, failed, skipped,
+by design, retried, seconds. A failure of a test named in TIMING is run again once, alone;
+passing then, it counts as "retried", not failed.
 The test-only packages LangGraph's tests import (pytest-mock, syrupy, langgraph-checkpoint-sqlite
 and aiosqlite) are installed, when this interpreter lacks them, into
 the temporary directory, not into the environment. Nothing is left behind (--keep keeps it).
@@ -40,6 +42,11 @@ CONFTEST = Path(__file__).resolve().parent / "langgraph_suite_conftest.py"
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
 # Tests of LangGraph's own Postgres saver (they build PostgresSaver themselves).
 IGNORED = ("tests/test_prune_postgres.py",)
+# Tests that assume how long a step takes (one task ends within 10 ms of another, a stream
+# chunk 0.2 to 0.3 s after the start) and fail under CPU load with LangGraph's own savers too
+# (docs/langgraph.md): one that fails is run again once, alone, and counted as "retried" when
+# it passes then. Any other failure stands.
+TIMING = ("test_imp_nested", "test_stream_subgraphs_during_execution")
 # langgraph-checkpoint-sqlite: the `cache` fixture's SqliteCache, and `--reference sqlite`.
 TEST_DEPS = {"pytest_mock": "pytest-mock", "syrupy": "syrupy",
              "langgraph.checkpoint.sqlite": "langgraph-checkpoint-sqlite",
@@ -55,6 +62,7 @@ class Result:
     failed: int = 0
     skipped: int = 0
     by_design: int = 0
+    retried: int = 0
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
 
@@ -174,26 +182,68 @@ def _drop(server: str, name: str) -> None:
             time.sleep(1)
 
 
-def run_one(checkpointer: str, src: Path, work: Path, env: dict[str, str],
-            pytest_args: list[str]) -> Result:
-    report = work / f"junit-{checkpointer}.xml"
+def _pytest(checkpointer: str, src: Path, env: dict[str, str], report: Path,
+            args: list[str]) -> None:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
            "addopts=--strict-markers", "-o", "asyncio_default_fixture_loop_scope=function",
            f"--junitxml={report}", "--rootdir", str(src),
-           *[f"--ignore={p}" for p in IGNORED], *pytest_args]
-    if not any(a.startswith("tests") for a in pytest_args):
-        cmd.append("tests")
+           *[f"--ignore={p}" for p in IGNORED], *args]
     print(f"\n== {LABELS[checkpointer]}: {' '.join(cmd[1:])}", flush=True)
-    start = time.monotonic()
     subprocess.run(cmd, cwd=src, env={**env, "TETHER_LGS_CHECKPOINTER": checkpointer},
                    check=False)
-    result = Result(LABELS[checkpointer], seconds=time.monotonic() - start)
+
+
+def _node_id(src: Path, classname: str, name: str) -> str:
+    """pytest's node id for a junit test case (`tests.test_x.TestY` -> tests/test_x.py::TestY)."""
+    parts = classname.split(".")
+    for cut in range(len(parts), 0, -1):
+        path = "/".join(parts[:cut]) + ".py"
+        if (src / path).is_file():
+            return "::".join([path, *parts[cut:], name])
+    return f"{classname}::{name}"
+
+
+def _retry_timing(checkpointer: str, src: Path, work: Path, env: dict[str, str],
+                  ids: list[str]) -> set[str]:
+    """Runs the timing-sensitive failures again, one at a time, without xdist; the passed."""
+    passed: set[str] = set()
+    for node in ids:
+        report = work / f"junit-{checkpointer}-retry.xml"
+        report.unlink(missing_ok=True)
+        _pytest(checkpointer, src, env, report, ["-p", "no:xdist", node])
+        if report.exists() and all(case.find("failure") is None and case.find("error") is None
+                                   and case.find("skipped") is None
+                                   for case in ET.parse(report).iter("testcase")):
+            passed.add(node)
+    return passed
+
+
+def run_one(checkpointer: str, src: Path, work: Path, env: dict[str, str],
+            pytest_args: list[str]) -> Result:
+    report = work / f"junit-{checkpointer}.xml"
+    args = list(pytest_args)
+    if not any(a.startswith("tests") for a in pytest_args):
+        args.append("tests")
+    start = time.monotonic()
+    _pytest(checkpointer, src, env, report, args)
+    result = Result(LABELS[checkpointer])
     if report.exists():
-        for case in ET.parse(report).iter("testcase"):
-            name = f"{case.get('classname', '')}::{case.get('name', '')}"
-            if case.find("failure") is not None or case.find("error") is not None:
+        cases = list(ET.parse(report).iter("testcase"))
+        failing = [_node_id(src, c.get("classname", ""), c.get("name", "")) for c in cases
+                   if c.find("failure") is not None or c.find("error") is not None]
+        timing = [n for n in failing if n.split("::")[-1].split("[")[0] in TIMING]
+        retried = _retry_timing(checkpointer, src, work, env, timing) if timing else set()
+        for name in failing:
+            if name in retried:
+                result.retried += 1
+                print(f"RETRIED [{result.checkpointer}] {name}: timing-sensitive, "
+                      "failed under load, passed alone")
+            else:
                 result.failed += 1
                 result.failures.append(name)
+        for case in cases:
+            if case.find("failure") is not None or case.find("error") is not None:
+                continue
             elif (skip := case.find("skipped")) is not None:
                 if skip.get("type") == "pytest.xfail":
                     result.by_design += 1
@@ -203,13 +253,14 @@ def run_one(checkpointer: str, src: Path, work: Path, env: dict[str, str],
                 result.passed += 1
     else:
         result.failed = -1
+    result.seconds = time.monotonic() - start
     return result
 
 
 def table(results: list[Result]) -> str:
-    head = ("checkpointer", "passed", "failed", "skipped", "by design", "seconds")
+    head = ("checkpointer", "passed", "failed", "skipped", "by design", "retried", "seconds")
     rows = [(r.checkpointer, str(r.passed), str(r.failed), str(r.skipped), str(r.by_design),
-             f"{r.seconds:.0f}")
+             str(r.retried), f"{r.seconds:.0f}")
             for r in results]
     widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
     lines = [" | ".join(c.ljust(w) if i == 0 else c.rjust(w)
