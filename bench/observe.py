@@ -51,6 +51,10 @@ VARIANTS: dict[str, dict[str, str]] = {
                   "OTEL_TRACES_SAMPLER_ARG": "0.1"},
     "detail_step": {**_TRACING, "TETHER_TRACE_DETAIL": "step"},
     "detail_run": {**_TRACING, "TETHER_TRACE_DETAIL": "run"},
+    # Diagnostics of always_off's cost: the SDK set up with nothing traced; an observer that
+    # hears nothing and stores no trace context.
+    "sdk_only": {"TETHER_BENCH_OBSERVE": "tracing,sdk_only"},
+    "null_observer": {"TETHER_BENCH_OBSERVE": "null_observer"},
 }
 """Each variant's environment for the W2 process (tracing on an SDK provider whose sampler
 and tether's detail come from OTEL_TRACES_SAMPLER and TETHER_TRACE_DETAIL)."""

@@ -199,7 +199,9 @@ async def w2_floor(runs: int) -> tuple[float, float]:
 def observed(runtime: tether.Runtime) -> Callable[[], int | None]:
     """$TETHER_BENCH_OBSERVE (comma-separated): "metrics" attaches the Prometheus counters,
     "tracing" the OpenTelemetry observer on an SDK provider whose batch processor exports to
-    a no-op exporter; what the observability costs a W2 worker. Returns the flush to call
+    a no-op exporter; what the observability costs a W2 worker. Diagnostics: "sdk_only" with
+    "tracing" sets the SDK up but traces nothing, "null_observer" attaches an observer that
+    stores nothing and hears nothing (what being observed at all costs). Returns the flush to call
     after the measured part (the exporter's backlog is not the worker's cost): the number of
     spans the exporter got (None without tracing), so that spans the processor dropped (its
     queue full) cannot pass for cheap ones."""
@@ -227,14 +229,37 @@ def observed(runtime: tether.Runtime) -> Callable[[], int | None]:
         # The processor's defaults but for a queue that cannot fill up (the no-op exporter
         # keeps up; the count of spans exported checks that none was dropped).
         provider.add_span_processor(BatchSpanProcessor(Nowhere(), max_queue_size=1 << 20))
-        observe.enable_tracing(runtime, provider.get_tracer("tether"))
+        if "sdk_only" not in wanted:
+            observe.enable_tracing(runtime, provider.get_tracer("tether"))
         flushes.append(provider.shutdown)
+    if "null_observer" in wanted:
+        runtime.hub.observe(_NullObserver())
     def flush() -> int | None:
         for f in flushes:
             f()
         return sum(exported) if "tracing" in wanted else None
 
     return flush
+
+
+class _NullObserver:
+    """An observer of nothing: no trace context stored, no run observed."""
+
+    def run_created(self, new: object, parent: object, traceparent: str | None,
+                    at: float) -> str | None:
+        return None
+
+    def run_observer(self, run: object, worker: str) -> None:
+        return None
+
+    def effect(self, effect: object, outcome: str, started: float, finished: float) -> None:
+        pass
+
+    def worker_started(self, worker: object) -> None:
+        pass
+
+    def worker_stopped(self, worker: object) -> None:
+        pass
 
 
 W2_PATHS = ("handover", "queued")

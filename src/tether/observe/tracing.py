@@ -42,6 +42,7 @@ from ..errors import ConfigError
 from ..hub import Driver, RunObserver
 from ..retry import FailureCategory
 from ..store.base import EffectRecord, NewRun, RunRecord
+from .spans import FinishedSpans
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context as OtelContext
@@ -169,6 +170,8 @@ class Tracing:
             raise ConfigError(f"trace detail {detail!r} is not one of {', '.join(DETAILS)}")
         self.tracer, self.detail = tracer, detail
         self.sampling = _Sampling(tracer)
+        # The SDK's own tracer: spans born finished, straight to its processors.
+        self.finished = FinishedSpans.of(tracer)
         # Recently driven runs' stored anchors (None: stored as not sampled).
         self._anchors: OrderedDict[str, SpanContext | None] = OrderedDict()
         # The anchors of runs created here, by the traceparent stored with them: a run driven
@@ -199,15 +202,20 @@ class Tracing:
         elif not self.sampling.decide(set_span_in_context(NonRecordingSpan(caller)),
                                       caller.trace_id, attributes):
             return format_traceparent(_unsampled(caller))
-        context = set_span_in_context(NonRecordingSpan(caller))
         links = None
         if parent is not None:
             links = [Link(anchor_of(parent.thread_id, parent.trace_context))]
             attributes["tether.parent_thread_id"] = parent.thread_id
-        span = self.tracer.start_span("tether.run", context=context, attributes=attributes,
-                                      links=links, start_time=_ns(at))
-        span.end(end_time=_ns(at))
-        made = span.get_span_context()
+        if self.finished is not None:
+            made = self.finished.span("tether.run", caller, _ns(at), _ns(at), attributes,
+                                      links=links)
+        else:
+            span = self.tracer.start_span("tether.run",
+                                          context=set_span_in_context(NonRecordingSpan(caller)),
+                                          attributes=attributes, links=links,
+                                          start_time=_ns(at))
+            span.end(end_time=_ns(at))
+            made = span.get_span_context()
         traceparent = format_traceparent(made)
         if len(self._made) >= 10_000:
             self._made.popitem(last=False)
@@ -234,8 +242,9 @@ class Tracing:
         if not anchor.trace_flags.sampled:
             return None
         if self.detail == "run":
-            return _RunSummary(self.tracer, run, worker, anchor)
-        return _RunTrace(self.tracer, run, worker, anchor, calls_as_events=self.detail == "step")
+            return _RunSummary(self.tracer, run, worker, anchor, self.finished)
+        return _RunTrace(self.tracer, run, worker, anchor, calls_as_events=self.detail == "step",
+                         finished=self.finished)
 
     def effect(self, effect: EffectRecord, outcome: str, started: float, finished: float) -> None:
         # The effect row does not carry its run's stored anchor: the one its steps used here
@@ -245,6 +254,15 @@ class Tracing:
         else:
             anchor = self.sampling.derived(effect.thread_id)
         if anchor is None or not anchor.trace_flags.sampled:
+            return
+        if self.finished is not None:
+            self.finished.span(
+                "tether.effect", anchor, _ns(started), _ns(finished),
+                {"tether.thread_id": effect.thread_id, "tether.step": effect.step,
+                 "tether.effect": effect.name, "tether.effect.key": effect.key,
+                 "tether.attempt": effect.attempts, "tether.outcome": outcome},
+                status=(Status(StatusCode.ERROR, f"effect {outcome}")
+                        if outcome in ("retry", "dead") else None))
             return
         span = self.tracer.start_span(
             "tether.effect", context=set_span_in_context(NonRecordingSpan(anchor)),
@@ -269,12 +287,13 @@ class _RunTrace:
     (the SDK copies them in; nothing is set on a span afterwards), and its parent passed
     explicitly (no context attached or detached)."""
 
-    __slots__ = ("agent", "anchor", "calls", "events", "links", "parent", "thread_id", "tracer",
-                 "version", "worker")
+    __slots__ = ("agent", "anchor", "calls", "events", "finished", "links", "parent", "thread_id",
+                 "tracer", "version", "worker")
 
     def __init__(self, tracer: Tracer, run: RunRecord, worker: str,
-                 anchor: SpanContext | None = None, calls_as_events: bool = False) -> None:
-        self.tracer = tracer
+                 anchor: SpanContext | None = None, calls_as_events: bool = False,
+                 finished: FinishedSpans | None = None) -> None:
+        self.tracer, self.finished = tracer, finished
         stored = run.trace_context
         self.anchor = anchor if anchor is not None else anchor_of(run.thread_id, stored)
         self.events = calls_as_events
@@ -328,12 +347,46 @@ class _RunTrace:
             self.calls.clear()
         return span
 
+    def _finished_step(self, maker: FinishedSpans, step: int, node: str, attempt: int,
+                       started: float, finished: float, extra: tuple[str, str]) -> None:
+        """The step's span and its calls', born finished (the SDK's tracer)."""
+        events: list[tuple[str, Mapping[str, Any], int]] = []
+        live = []
+        for name, replayed, t0, t1, llm in self.calls:
+            if replayed or self.events:
+                events.append(("tether.call.replayed" if replayed else "tether.call",
+                               {"tether.call": name, **(llm or {})} if not replayed
+                               else {"tether.call": name}, _ns(t0)))
+            else:
+                live.append((name, t0, t1, llm))
+        self.calls.clear()
+        made = maker.span(
+            "tether.step", self.anchor, _ns(started), _ns(finished),
+            {"tether.thread_id": self.thread_id, "tether.agent": self.agent,
+             "tether.version": self.version, "tether.worker": self.worker,
+             "tether.step": step, "tether.node": node or "", "tether.attempt": attempt,
+             extra[0]: extra[1]}, events, self.links)
+        for name, t0, t1, llm in live:
+            attributes: dict[str, Any] = {"tether.thread_id": self.thread_id,
+                                          "tether.step": step, "tether.call": name}
+            if llm:
+                attributes.update(llm)
+            maker.span("tether.call", made, _ns(t0), _ns(t1), attributes)
+
     def step(self, step: int, node: str, attempt: int, started: float, finished: float,
              status: str, received: int, sent: int) -> None:
+        if self.finished is not None:
+            self._finished_step(self.finished, step, node, attempt, started, finished,
+                                ("tether.status", status))
+            return
         self._step_span(step, node, attempt, started, {"tether.status": status}).end(
             end_time=_ns(finished))
 
     def parked(self, step: int, node: str, attempt: int, started: float, kind: str) -> None:
+        if self.finished is not None:
+            self._finished_step(self.finished, step, node, attempt, started, time.time(),
+                                ("tether.parked", kind))
+            return
         self._step_span(step, node, attempt, started, {"tether.parked": kind}).end()
 
     def failed(self, step: int, node: str | None, attempt: int, started: float,
@@ -365,11 +418,12 @@ class _RunSummary:
     is given back; each step an event `tether.step` (its step, node, attempt, status and
     duration), each live call counted. One span where `call` makes two a step."""
 
-    __slots__ = ("agent", "calls", "first", "parent", "steps", "thread_id", "tracer", "version",
-                 "worker")
+    __slots__ = ("agent", "anchor", "calls", "finished", "first", "parent", "steps", "thread_id",
+                 "tracer", "version", "worker")
 
-    def __init__(self, tracer: Tracer, run: RunRecord, worker: str, anchor: SpanContext) -> None:
-        self.tracer = tracer
+    def __init__(self, tracer: Tracer, run: RunRecord, worker: str, anchor: SpanContext,
+                 finished: FinishedSpans | None = None) -> None:
+        self.tracer, self.anchor, self.finished = tracer, anchor, finished
         self.parent: OtelContext = set_span_in_context(NonRecordingSpan(anchor))
         self.thread_id, self.agent, self.version, self.worker = (
             run.thread_id, run.agent, run.version, worker)
@@ -391,6 +445,16 @@ class _RunSummary:
     def _end(self, finished: float, extra: Mapping[str, Any], error: str | None = None,
              exc: BaseException | None = None) -> None:
         if self.first is None:
+            return
+        if self.finished is not None and exc is None:
+            self.finished.span(
+                "tether.steps", self.anchor, _ns(self.first), _ns(finished),
+                {"tether.thread_id": self.thread_id, "tether.agent": self.agent,
+                 "tether.version": self.version, "tether.worker": self.worker,
+                 "tether.steps": len(self.steps), "tether.calls": self.calls, **extra},
+                [("tether.step", attributes, _ns(t0)) for t0, attributes in self.steps],
+                status=None if error is None else Status(StatusCode.ERROR, error))
+            self.first, self.calls, self.steps = None, 0, []
             return
         span = self.tracer.start_span(
             "tether.steps", context=self.parent, start_time=_ns(self.first),
