@@ -23,7 +23,7 @@ from apps import observe_app as app
 from apps.inprocess import WAIT, working
 from tether.errors import ConfigError
 from tether.observe import enable_tracing
-from tether.observe.tracing import parse_traceparent, trace_detail
+from tether.observe.tracing import UNSAMPLED_DERIVED, parse_traceparent, trace_detail
 
 
 class Counting:
@@ -62,6 +62,8 @@ async def stored_sampled(rt: tether.Runtime, thread_id: str) -> bool:
     """The sampling decision stored with the run (its anchor's sampled flag)."""
     record = await rt.store.get_run(thread_id)
     assert record is not None
+    if record.trace_context == UNSAMPLED_DERIVED:  # no caller, not sampled: the decision only
+        return False
     anchor = parse_traceparent(record.trace_context)
     assert anchor is not None
     return bool(anchor.trace_flags.sampled)

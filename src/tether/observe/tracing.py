@@ -150,6 +150,11 @@ class _Sampling:
         return _unsampled(anchor)
 
 
+UNSAMPLED_DERIVED = "-"
+"""The trace context stored with a run created where nothing traced and not sampled: its
+anchor's ids are the ones derived from its thread_id, so only the decision is kept (a row one
+byte wider instead of 55, rewritten at every step)."""
+
 _UNSAMPLED_FLAGS = frozenset(f"{n:02x}" for n in range(0, 256, 2))
 """A version-00 traceparent's last two characters when its sampled bit is clear."""
 
@@ -195,9 +200,11 @@ class Tracing:
         # anchor's flag says so to every worker.
         caller = parse_traceparent(traceparent)
         if caller is None:
+            if self.sampling.root_constant is False:  # always_off: not even the ids
+                return UNSAMPLED_DERIVED
             trace_id, span_id = derived_ids(new.thread_id)
             if not self.sampling.decide(None, trace_id, attributes):
-                return f"00-{trace_id:032x}-{span_id:016x}-00"
+                return UNSAMPLED_DERIVED
             caller = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(1))
         elif not self.sampling.decide(set_span_in_context(NonRecordingSpan(caller)),
                                       caller.trace_id, attributes):
@@ -228,7 +235,8 @@ class Tracing:
         """The run's spans while `worker` drives it; None (no SDK call at all on its step
         path) when its anchor says the run is not sampled."""
         stored = run.trace_context
-        if stored and len(stored) == 55 and stored[-2:] in _UNSAMPLED_FLAGS:
+        if stored == UNSAMPLED_DERIVED or (stored and len(stored) == 55
+                                           and stored[-2:] in _UNSAMPLED_FLAGS):
             self._remember(run.thread_id, None)  # its effects are not traced either
             return None  # the common unsampled case, before anything is parsed
         anchor = self._made.get(stored) if stored else None
