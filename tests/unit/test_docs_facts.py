@@ -1,11 +1,19 @@
-"""Facts the README and the docs state that the code decides: the demo's parts, the extras
-to install, and how the TypeScript example is run; each checked against its source."""
+"""Facts the README, the docs and the CLI's help state that the code decides: the demo's parts,
+the extras to install, how the TypeScript example is run, and which source of the database URL
+wins; each checked against its source."""
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
+
+from tether.cli import cli
+from tether.cli._common import runtime_for
 from tether.cli.misc import demo
 from tether.demo.run import PARTS
 
@@ -43,3 +51,24 @@ def test_the_readme_install_lists_every_extra() -> None:
     assert extras
     declared = set(re.findall(r"^(\w+) = \[", extras.group(1), re.MULTILINE)) - {"dev"}
     assert listed == declared, (listed, declared)
+
+
+def test_the_db_help_names_its_sources_in_the_order_they_win(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in [v for v in os.environ if v.startswith("TETHER_")]:
+        monkeypatch.delenv(var)
+    (tmp_path / "order_app.py").write_text(
+        'import tether\nruntime = tether.Runtime("sqlite:///from_code.db")\n')
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.tether]\napp = "order_app:runtime"\ndb = "sqlite:///from_toml.db"\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "order_app", raising=False)
+    assert runtime_for(None, None).db_url.endswith("/from_code.db")
+    monkeypatch.setenv("TETHER_DB", "sqlite:///from_env.db")
+    assert runtime_for(None, None).db_url.endswith("from_env.db")
+    said = " ".join(CliRunner().invoke(cli, ["runs", "list", "--help"]).output.split())
+    sources = ("$TETHER_DB", "the app's Runtime(...)", "db in [tool.tether]",
+               "sqlite:///tether.db")
+    at = [said.index(s) for s in sources]
+    assert at == sorted(at), said

@@ -287,8 +287,8 @@ def connection_options(f: F) -> F:
                      help="module:attr of your tether.Runtime (default: $TETHER_APP, else app "
                           "in [tool.tether] of pyproject.toml)")(f)
     f = click.option("--db", metavar="URL",
-                     help="database URL (default: $TETHER_DB, else db in [tool.tether], else "
-                          "the app's Runtime(...), else sqlite:///tether.db)")(f)
+                     help="database URL (default: $TETHER_DB, else the app's Runtime(...), "
+                          "else db in [tool.tether], else sqlite:///tether.db)")(f)
     return f
 
 
