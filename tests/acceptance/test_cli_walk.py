@@ -1,5 +1,7 @@
 """What a newcomer typed on purpose in the walk of issue 30 ("Done means"): a worker id with a
-typo is named as not a registered worker instead of a release that seems to have worked."""
+typo is named as not a registered worker instead of a release that seems to have worked, and
+`tether runs wait` on a run that waits for a person says so when it begins, not only after its
+timeout (60 s by default)."""
 
 from __future__ import annotations
 
@@ -24,3 +26,38 @@ def test_releasing_a_worker_that_is_not_registered_says_so(tmp_path: Path) -> No
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout == ("vm:123:abcdef leases no run and is not a registered worker "
                            "(`tether workers` lists their ids)\n"), done.stdout
+
+
+APP = '''import tether
+
+agent = tether.Agent("asker")
+
+
+@agent.node(start=True)
+async def ask(state: dict, ctx: tether.Context) -> tether.Command:
+    return tether.finish({"ok": ctx.interrupt({"question": "go?"})})
+
+runtime = tether.Runtime("sqlite:///walk.db", agents=[agent])
+'''
+
+
+def test_waiting_on_a_run_that_waits_for_a_person_says_so_at_once(tmp_path: Path) -> None:
+    (tmp_path / "walkapp.py").write_text(APP)
+    app = ("--app", "walkapp:runtime")
+    assert tether("migrate", *app, cwd=tmp_path).returncode == 0
+    assert tether("runs", "start", "asker", "--thread-id", "w1", *app, cwd=tmp_path).returncode == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    worker = subprocess.Popen([TETHER, "worker", *app], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        parked = tether("runs", "wait", "w1", "--until", "waiting", *app, cwd=tmp_path)
+        assert parked.returncode == 0 and parked.stderr == "", parked.stdout + parked.stderr
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    done = tether("runs", "wait", "w1", "--timeout", "0.2", *app, cwd=tmp_path)
+    assert done.returncode == 4, done.stdout + done.stderr
+    first, second = done.stderr.splitlines()
+    assert first == ("tether: w1 waits for a person to answer its interrupt (`tether interrupts "
+                     "--thread w1`); waiting up to 0.2s for it to finish"), done.stderr
+    assert second.startswith("tether: run w1 is still waiting after 0.2s"), done.stderr
