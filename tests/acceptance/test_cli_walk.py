@@ -1,11 +1,13 @@
 """What a newcomer typed on purpose in the walk of issue 30 ("Done means"): a worker id with a
 typo is named as not a registered worker instead of a release that seems to have worked, and
 `tether runs wait` on a run that waits for a person says so when it begins, not only after its
-timeout (60 s by default)."""
+timeout (60 s by default), and `tether serve` on a port in use says so in one line instead of
+its banner followed by uvicorn's error and exit status 3."""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -61,3 +63,16 @@ def test_waiting_on_a_run_that_waits_for_a_person_says_so_at_once(tmp_path: Path
     assert first == ("tether: w1 waits for a person to answer its interrupt (`tether interrupts "
                      "--thread w1`); waiting up to 0.2s for it to finish"), done.stderr
     assert second.startswith("tether: run w1 is still waiting after 0.2s"), done.stderr
+
+
+def test_serve_on_a_port_in_use_is_an_error_before_any_banner(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = tether("serve", "--port", str(port), cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == "", done.stdout  # no "tether serve: http://..." as if it were up
+    assert done.stderr == (f"tether: error: cannot serve on 127.0.0.1:{port}: Address already "
+                           "in use; is another server on that port? Pick another with --port\n")
+    assert list(tmp_path.iterdir()) == []
