@@ -2,11 +2,13 @@
 typo is named as not a registered worker instead of a release that seems to have worked, and
 `tether runs wait` on a run that waits for a person says so when it begins, not only after its
 timeout (60 s by default), and `tether serve` on a port in use says so in one line instead of
-its banner followed by uvicorn's error and exit status 3."""
+its banner followed by uvicorn's error and exit status 3, and says when it stops, as
+`tether worker` does."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -76,3 +78,26 @@ def test_serve_on_a_port_in_use_is_an_error_before_any_banner(tmp_path: Path) ->
     assert done.stderr == (f"tether: error: cannot serve on 127.0.0.1:{port}: Address already "
                            "in use; is another server on that port? Pick another with --port\n")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_serve_says_when_it_stops(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    db = f"sqlite:///{tmp_path / 'walk.db'}"
+    assert tether("migrate", "--db", db, cwd=tmp_path).returncode == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    with subprocess.Popen([TETHER, "serve", "--port", str(port), "--db", db], cwd=tmp_path,
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            banner = proc.stdout.readline()  # printed once the database answered
+            assert banner.startswith(f"tether serve: http://127.0.0.1:{port} "), banner
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, err
+    assert out == "tether serve: stopped by SIGTERM\n", (out, err)

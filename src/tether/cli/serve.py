@@ -169,8 +169,11 @@ def serve(host: str, port: int, token: str | None, token_file: Path | None,
             http=http_protocol(request_timeout, max_connections),
         )
 
+        stopped_by: list[int] = []
+
         class Server(uvicorn.Server):
             def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+                stopped_by.append(sig)
                 drain(asgi)
                 super().handle_exit(sig, frame)
 
@@ -193,6 +196,9 @@ def serve(host: str, port: int, token: str | None, token_file: Path | None,
             await rt.close()
             for stop in shutdown:
                 stop()
+        if server.started:  # its last line, as `tether worker` has one
+            why = f" by {signal.Signals(stopped_by[0]).name}" if stopped_by else ""
+            print(f"tether serve: stopped{why}", flush=True)
         return 0 if server.started else 1
 
     return run(main(), verbose)
