@@ -1,5 +1,5 @@
-"""The lesson's AgentQueue, made durable: one agent with an inbox stepping
-Idle -> Processing -> Response -> Idle for each batch of mail.
+"""An agent queue, made durable: one agent with an inbox stepping Idle -> Processing ->
+Response -> Idle for each batch of mail.
 
     python examples/agent_queue.py
 

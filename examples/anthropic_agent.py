@@ -105,8 +105,12 @@ async def show_tokens(runtime: tether.Runtime, thread_id: str) -> None:
 
 
 def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="tether-anthropic-") as tmp:  # removed afterwards
+        return main_on(f"sqlite:///{os.path.join(tmp, 'anthropic_agent.db')}")
+
+
+def main_on(db_url: str) -> int:
     global BASE_URL
-    db_url = f"sqlite:///{os.path.join(tempfile.mkdtemp(), 'anthropic_agent.db')}"
     if "--real" in sys.argv[1:]:
         done = asyncio.run(run(db_url))
     else:

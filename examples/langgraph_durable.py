@@ -1,6 +1,7 @@
 """A LangGraph agent that survives kill -9: its super-steps run on tether's workers.
 
-    python examples/langgraph_durable.py
+    python examples/langgraph_durable.py           # on a fresh SQLite file, removed afterwards
+    python examples/langgraph_durable.py --db URL  # on a database of yours
 
 The graph is plain LangGraph: `research` calls a tool (slow, logged to a file so real calls
 can be counted; through tether.langgraph.call, so each call is journaled) four times, looping
@@ -16,6 +17,7 @@ called again only for super-steps in flight at a kill.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import operator
 import os
@@ -35,8 +37,8 @@ import tether
 from tether.langgraph import TetherSaver, call
 from tether.langgraph import agent as langgraph_agent
 
-TOOL_LOG = os.environ.get("LANGGRAPH_TOOL_LOG",
-                          os.path.join(tempfile.gettempdir(), "langgraph_tool.log"))
+# Where the worker subprocesses log each tool call they start: main() chooses it.
+TOOL_LOG = os.environ.get("LANGGRAPH_TOOL_LOG", "")
 TOPICS = 4
 TOOL_SECONDS = float(os.environ.get("LANGGRAPH_TOOL_SECONDS", "0.4"))
 
@@ -50,8 +52,9 @@ class State(TypedDict, total=False):
 
 async def search_tool(thread_id: str, query: str) -> str:
     """The tool: slow, and logged when it starts, so a call cut short by a kill counts too."""
-    with open(TOOL_LOG, "a") as f:
-        f.write(f"{thread_id}|{query}\n")
+    if TOOL_LOG:
+        with open(TOOL_LOG, "a") as f:
+            f.write(f"{thread_id}|{query}\n")
     await asyncio.sleep(TOOL_SECONDS)
     return f"found: {query}"
 
@@ -89,48 +92,60 @@ builder.add_edge("publish", END)
 graph = builder.compile()
 
 support = langgraph_agent("langgraph_support", graph)
-DB = os.environ.get("TETHER_DB", "sqlite:///langgraph_durable.db")
-runtime = tether.Runtime(DB, agents=[support], lease_ttl=2.0, poll_interval=0.1)
 
 
-def _worker() -> subprocess.Popen[bytes]:
+def make_runtime(db: str | None) -> tether.Runtime:
+    return tether.Runtime(db, agents=[support], lease_ttl=2.0, poll_interval=0.1)
+
+
+# The app of the worker subprocesses (`tether worker --app langgraph_durable:runtime --db
+# URL`): the database is the one main() chose, given as --db.
+runtime = make_runtime(None)
+
+
+def _worker(db: str, tool_log: str) -> subprocess.Popen[bytes]:
     here = os.path.dirname(os.path.abspath(__file__))
     path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "LANGGRAPH_TOOL_LOG": TOOL_LOG, "PYTHONPATH": path}
+    env = {**os.environ, "LANGGRAPH_TOOL_LOG": tool_log, "PYTHONPATH": path}
     return subprocess.Popen(
         [sys.executable, "-m", "tether", "worker", "--app", "langgraph_durable:runtime",
-         "--db", DB, "--concurrency", "10"], env=env, stdout=subprocess.DEVNULL)
+         "--db", db, "--concurrency", "10"], env=env, stdout=subprocess.DEVNULL)
 
 
-async def _steps(thread_ids: list[str]) -> int:
-    return sum([(await runtime.get(t)).step for t in thread_ids])
+async def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="A LangGraph agent that survives kill -9.")
+    p.add_argument("--db", help="a database URL (default: a fresh SQLite file in a temporary "
+                                "folder, removed afterwards)")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="tether-langgraph-") as tmp:
+        db = args.db or f"sqlite:///{os.path.join(tmp, 'langgraph_durable.db')}"
+        await demo(db, args.db or "a fresh SQLite file", os.path.join(tmp, "tool.log"))
 
 
-async def main() -> None:
+async def demo(db: str, where: str, tool_log: str) -> None:
     from rich.console import Console
     from rich.table import Column, Table
 
     con = Console()
-    if os.path.exists(TOOL_LOG):
-        os.remove(TOOL_LOG)
-    await runtime.migrate()
+    runtime = make_runtime(db)
+    await runtime.migrate()  # as `tether migrate` does; nothing if up to date
     async with runtime:
         batch = uuid.uuid4().hex[:6]  # short whole ids, new on each run of the example
         runs = [await runtime.start(support, {"question": f"q{i}"}, thread_id=f"q{i}-{batch}")
                 for i in range(3)]
         tids = [r.thread_id for r in runs]
-        con.print(f"started {len(runs)} LangGraph runs on {DB}")
-        worker = _worker()
+        con.print(f"started {len(runs)} LangGraph runs on {where}")
+        worker = _worker(db, tool_log)
         for kill, at in enumerate((3, 7), start=1):  # committed tether steps, over all runs
             while True:
                 await asyncio.sleep(0.05)
-                if await _steps(tids) >= at:
+                if sum([(await runtime.get(t)).step for t in tids]) >= at:
                     break
             worker.send_signal(signal.SIGKILL)
             worker.wait()
             con.print(f"[red]SIGKILLed worker {kill}[/red] mid-graph; starting another "
                       "(it takes over once the 2 s leases expire)")
-            worker = _worker()
+            worker = _worker(db, tool_log)
         try:
             for t in tids:
                 await runtime.wait(t, timeout=60, until="waiting")
@@ -142,12 +157,12 @@ async def main() -> None:
         finally:
             worker.send_signal(signal.SIGTERM)
             worker.wait()
-    calls = Counter(open(TOOL_LOG).read().splitlines())
+    calls = Counter(open(tool_log).read().splitlines())
     # Fits 80 columns: no value is cut, only the two-word headings wrap.
     table = Table(*(Column(name, no_wrap=True) for name in ("thread_id", "status", "checkpoints")),
                   "each step once", "tool calls",
                   *(Column(name, no_wrap=True) for name in ("repeated", "published")))
-    async with TetherSaver.from_conn_string(DB) as saver:
+    async with TetherSaver.from_conn_string(db) as saver:
         for run in done:
             config: RunnableConfig = {"configurable": {"thread_id": run.thread_id}}
             steps = [t.metadata["step"] async for t in saver.alist(config)]

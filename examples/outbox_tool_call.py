@@ -1,4 +1,4 @@
-"""The lesson's exercise: a tool call writes to the outbox first; a separate task performs it;
+"""A tool call performed once: it writes to the outbox first; a separate task performs it;
 running the same tool call twice performs it once.
 
     python examples/outbox_tool_call.py

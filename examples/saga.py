@@ -30,7 +30,7 @@ async def cancel_booking(data: dict, key: str) -> None:
 @runtime.effect("book", compensate=cancel_booking)
 async def book(payload: dict, key: str) -> dict:
     ledger.append(f"book   {payload['what']}  (key {key})")
-    return {"booking": f"{payload['what']}-#{len(ledger)}"}
+    return {"booking": f"#{len(ledger)} {payload['what']}"}
 
 
 class CardDeclined(Exception):
@@ -76,8 +76,10 @@ async def main() -> None:
         await worker
         print("what happened outside:", *ledger, sep="\n  ")
         print("outbox:")
-        for e in await runtime.effects(run.thread_id):
-            print(f"  {e.key:<45} {e.status:<5} attempts={e.attempts}")
+        effects = await runtime.effects(run.thread_id)
+        width = max(len(e.key) for e in effects)
+        for e in effects:
+            print(f"  {e.key:<{width}}  {e.status:<7}  attempts={e.attempts}")
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(PATH + suffix):
             os.remove(PATH + suffix)

@@ -146,9 +146,10 @@ async def main(argv: list[str] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     async with runtime:
         run = await runtime.start(app.boss, {"groups": groups, "sizes": sizes})
-        print(f"boss {run.thread_id}: {groups} groups of {min(sizes)}-{max(sizes)} workers = "
-              f"{total_agents} agents"
-              + (f" on {workers} worker processes" if workers else ""), flush=True)
+        size = f"{min(sizes)}" if min(sizes) == max(sizes) else f"{min(sizes)}-{max(sizes)}"
+        print(f"boss {run.thread_id}: {groups} groups of {size} workers = {total_agents} agents"
+              + (f" on {workers} worker process{'es' if workers != 1 else ''}"
+                 if workers else ""), flush=True)
         reporter = (asyncio.create_task(report_progress(args.db, args.progress, t0))
                     if args.progress > 0 else None)
         kills = 0

@@ -1,10 +1,10 @@
 /**
- * The lesson's TypeScript program: start durable runs on a `tether serve`, print their steps
- * as they stream in, answer an interrupt, print the results.
+ * A TypeScript program in front of Python agents: start durable runs on a `tether serve`,
+ * print their steps as they stream in, answer an interrupt, print the results.
  *
  *   tether migrate --db sqlite:///demo.db
  *   tether serve --app tether.demo.app:runtime --db sqlite:///demo.db --worker &
- *   npx tsx examples/typescript/main.ts
+ *   npx --prefix clients/typescript tsx examples/typescript/main.ts
  *
  * The crash variant survives a SIGKILLed worker: run the server without --worker and two
  * workers on this machine, and the program kills the one holding its run mid-run; the other
@@ -13,8 +13,9 @@
  *   tether serve --app tether.demo.app:runtime --db sqlite:///demo.db &
  *   tether worker --app tether.demo.app:runtime --db sqlite:///demo.db --lease-ttl 2 &
  *   tether worker --app tether.demo.app:runtime --db sqlite:///demo.db --lease-ttl 2 &
- *   npx tsx examples/typescript/main.ts --crash
+ *   npx --prefix clients/typescript tsx examples/typescript/main.ts --crash
  *
+ * Run from the checkout's root, after `npm ci` in clients/typescript (which installs tsx).
  * TETHER_URL (default http://127.0.0.1:8000) and TETHER_TOKEN say where and how to connect.
  * In your own project: `npm install ./clients/typescript` and import from "@tether/client".
  */

@@ -1,7 +1,8 @@
 """The docs are tested: every Python block of README.md and docs/*.md runs (Sybil), each page
-in a fresh directory, and the shell sessions of the README and the tutorial run as scripts with
-their shown output checked (tests/apps/sessions.py). A block that cannot run alone carries
-`<!-- skip: next "why" -->`, which Sybil honours and this test requires a reason for."""
+in a fresh directory, and the shell sessions of the README, the tutorial and the deploy how-to
+run as scripts with their shown output checked (tests/apps/sessions.py). A block that cannot
+run alone carries `<!-- skip: next "why" -->`, which Sybil honours and this test requires a
+reason for."""
 
 from __future__ import annotations
 
@@ -87,18 +88,25 @@ def session_env() -> dict[str, str]:
     return env
 
 
+NAMED = re.compile(r"#\s*(\w+\.py):")  # a block that opens with `# myapp_v1.py: ...`
+
+
 def write_files(page: Path, folder: Path) -> None:
-    """The files a page asks to save: its first Python block as myapp.py, its first TOML
-    block as pyproject.toml."""
+    """The files a page asks to save: each Python block that opens with `# NAME.py: ...` as
+    NAME.py (without one, the page's first Python block as myapp.py), its first TOML block as
+    pyproject.toml."""
     text = page.read_text()
-    (folder / "myapp.py").write_text(sessions.blocks(text, "python")[0][1])
+    code = [body for _, body in sessions.blocks(text, "python")]
+    named = {m.group(1): body for body in code if (m := NAMED.match(body))}
+    for name, body in (named or {"myapp.py": code[0]}).items():
+        (folder / name).write_text(body)
     toml = sessions.blocks(text, "toml")
     if toml:
         (folder / "pyproject.toml").write_text(toml[0][1])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["README.md", "docs/tutorial.md"])
+@pytest.mark.parametrize("name", ["README.md", "docs/tutorial.md", "docs/howto-deploy.md"])
 def test_shell_sessions_as_shown(name: str, tmp_path: Path) -> None:
     page = ROOT / name
     write_files(page, tmp_path)

@@ -21,6 +21,7 @@ def test_the_llm_examples_run_offline(name: str, tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(EXAMPLES / name)], env=env, capture_output=True,
                           text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert list(tmp_path.iterdir()) == []  # its temporary database removed
     out = proc.stdout
     assert "Sorry about that. Let me refund it." in out  # the streamed tokens, as they came
     assert "approval asked: {'tool': 'refund', 'args': {'order': 'A-17', 'amount': 25}}" in out

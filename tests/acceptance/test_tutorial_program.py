@@ -1,6 +1,8 @@
 """The tutorial's program (docs/tutorial.md, sections 1 and 7) as a user runs it: twice in a
 row, each run finishing; and interrupted with Ctrl-C (SIGINT) while its in-process worker is in
-the middle of a step: the worker stops and gives its run back before the database is closed."""
+the middle of a step: the worker stops and gives its run back before the database is closed.
+Section 7 puts the program at the end of myapp.py, so the `tether` commands that import myapp
+must still load it (the program under its `__main__` guard), and one left unguarded is named."""
 
 from __future__ import annotations
 
@@ -41,6 +43,38 @@ def test_the_program_runs_twice(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stdout + done.stderr
         assert done.stdout.splitlines() == ["waiting interrupt", "completed True"], done.stdout
         assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_cli_still_loads_myapp_with_the_program_in_it(tmp_path: Path) -> None:
+    """Section 7 says to add the program to myapp.py: the `tether` commands of sections 3-6,
+    which import myapp for its runtime, must not run the program (nor fail) on import."""
+    (tmp_path / "myapp.py").write_text(program(tmp_path).read_text())
+    toml = sessions.blocks((ROOT / "docs" / "tutorial.md").read_text(), "toml")[0][1]
+    (tmp_path / "pyproject.toml").write_text(toml)
+    tether_cli = str(Path(sys.executable).parent / "tether")
+    done = subprocess.run([tether_cli, "migrate"], cwd=tmp_path, env=clean_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "sqlite:///research.db" in done.stdout, done.stdout
+    assert "waiting interrupt" not in done.stdout and "Warning" not in done.stderr, done
+
+
+def test_an_unguarded_program_in_myapp_is_named_with_the_fix(tmp_path: Path) -> None:
+    """The same file with `asyncio.run(main())` at module level (the guard left out): the
+    command cannot import it, and says why and what to change."""
+    text = program(tmp_path).read_text()
+    guarded = 'if __name__ == "__main__":'
+    assert guarded in text
+    unguarded = "\n".join(line.strip() if line.strip() == "asyncio.run(main())" else line
+                          for line in text.splitlines() if not line.startswith(guarded))
+    (tmp_path / "myapp.py").write_text(unguarded + "\n")
+    tether_cli = str(Path(sys.executable).parent / "tether")
+    done = subprocess.run([tether_cli, "migrate", "--app", "myapp:runtime"], cwd=tmp_path,
+                          env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert ("myapp calls asyncio.run() when imported: put that call under "
+            '`if __name__ == "__main__":`') in done.stderr, done.stderr
 
 
 async def runs(db: str) -> list[tether.Run]:

@@ -4,9 +4,11 @@ their nouns ("1 run", "2 runs"), and a type is named with its article ("an Agent
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 from collections.abc import Iterator
+from pathlib import Path
 
 import click
 import pytest
@@ -62,3 +64,23 @@ def test_a_type_is_named_with_its_article(monkeypatch: pytest.MonkeyPatch) -> No
         load_app("wording_app:agent")
     with pytest.raises(tether.SerializationError, match="update key 1 is an int; keys must"):
         delta_of({}, {1: "x"})  # type: ignore[dict-item]
+
+
+def test_the_advice_wraps_under_its_own_points_at_80_columns(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    monkeypatch.chdir(tmp_path)  # no app, no database: the what-if advice only
+    for var in [v for v in os.environ if v.startswith("TETHER_")]:
+        monkeypatch.delenv(var)
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(
+        cli, ["advise", "--runs-per-s", "5", "--steps-per-run", "8", "--step-seconds", "2",
+              "--human-wait", "86400"], terminal_width=80)
+    assert result.exit_code == 0, result.output
+    advice = result.output.split("\nassumed (what-if)", 1)[0].splitlines()
+    assert advice[0].startswith("Recommendation: "), result.output
+    assert len(advice) > 4 and max(map(len, advice)) <= 80, result.output
+    # Every point starts at column 2, and its continuation lines sit under its text.
+    assert all(line.startswith(("  - ", "  headroom: ", "    ", " " * 12))
+               for line in advice[1:]), result.output
+    assert any(line.startswith(" " * 12) and line.strip() for line in advice), result.output
+    assert list(tmp_path.iterdir()) == []

@@ -50,8 +50,12 @@ def load_app(target: str, source: str = "--app") -> Runtime:
     except TetherError:
         raise  # a bad setting or definition in the app says so itself
     except Exception as exc:
+        hint = ""
+        if isinstance(exc, RuntimeError) and "asyncio.run() cannot be called" in str(exc):
+            hint = (f"; {module_name} calls asyncio.run() when imported: put that call under "
+                    "`if __name__ == \"__main__\":`")
         raise AppImportError(f"cannot import module {module_name!r} for the app ({source}): "
-                             f"{exc!r}") from exc
+                             f"{exc!r}{hint}") from exc
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -283,8 +287,8 @@ def connection_options(f: F) -> F:
                      help="module:attr of your tether.Runtime (default: $TETHER_APP, else app "
                           "in [tool.tether] of pyproject.toml)")(f)
     f = click.option("--db", metavar="URL",
-                     help="database URL (default: $TETHER_DB, else db in [tool.tether], else "
-                          "the app's Runtime(...), else sqlite:///tether.db)")(f)
+                     help="database URL (default: $TETHER_DB, else the app's Runtime(...), "
+                          "else db in [tool.tether], else sqlite:///tether.db)")(f)
     return f
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import click
@@ -154,17 +155,25 @@ def _json(advice: Advice, inputs: Inputs, stats: LoadStats | None, pr: Probe | N
     return out
 
 
+def _item(c: Any, lead: str, text: str) -> None:
+    """One point of the advice, wrapped at the terminal's width under its own first word (a
+    hanging indent), so a figure and its unit stay together on a line."""
+    c.print(textwrap.fill(text, max(40, c.width), initial_indent=lead,
+                          subsequent_indent=" " * len(lead), break_long_words=False,
+                          break_on_hyphens=False), markup=False, soft_wrap=True)
+
+
 def _print(out: dict[str, Any]) -> None:
     from rich.table import Table
 
     c = console()
     c.print(f"[bold]Recommendation:[/bold] {out['summary']}  ({out['recommendation']})")
     for r in out["reasons"]:
-        c.print(f"  - {r}")
+        _item(c, "  - ", r)
     for h in out["headroom"]:
-        c.print(f"  headroom: {h}")
+        _item(c, "  headroom: ", h)
     if "note" in out:
-        c.print(f"  note: {out['note']}")
+        _item(c, "  note: ", out["note"])
     for title, key in (("measured", "measured"), ("assumed (what-if)", "assumed"),
                        ("probe", "probe"), ("suggested settings", "settings")):
         if not out.get(key):

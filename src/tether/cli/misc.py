@@ -34,7 +34,7 @@ def migrate(db: str | None, app: str | None, verbose: bool, as_json: bool) -> in
     return run(main(), verbose)
 
 
-@cli.command("demo", short_help="crash recovery, actors, HITL, effects, async: end to end on SQLite",
+@cli.command("demo", short_help="crash recovery, actors, HITL, effects, async, deploys: end to end on SQLite",
              help="Durable execution shown end to end on embedded SQLite: a crash mid-step, "
                   "a queue of actors, a person in the loop, an effect done once, asyncio "
                   "against threads, two versions at once. PART: crash, queue, hitl, effect, "

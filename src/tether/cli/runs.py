@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -62,7 +63,13 @@ def start(agent: str, input_: str | None, thread_id: str | None, idempotency_key
 
 
 async def _wait(rt: Runtime, r: Run, timeout: float, until: tuple[str, ...] | None) -> Run:
-    """rt.wait, its timeout a tether error that says what to look at next."""
+    """rt.wait, its timeout a tether error that says what to look at next. A run that waits
+    for a person when the wait begins is said at once, not only when the wait runs out."""
+    if (r.status is RunStatus.WAITING and r.waiting_for == "interrupt"
+            and "waiting" not in (until or ())):
+        print(f"tether: {r.thread_id} waits for a person to answer its interrupt (`tether "
+              f"interrupts --thread {r.thread_id}`); waiting up to {timeout:g}s for it to "
+              f"finish", file=sys.stderr, flush=True)
     try:
         return await rt.wait(r.thread_id, timeout=timeout, until=until or None)
     except TimeoutError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import signal
+import socket
 from pathlib import Path
 from types import FrameType
 
@@ -35,6 +36,19 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def check_port(host: str, port: int) -> None:
+    """Bind (host, port) once as uvicorn will, so that a port in use is one line and exit
+    status 2 before the banner says the server is up (uvicorn's own error came after it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host.strip("[]"), port))
+        except OSError as exc:
+            raise ConfigError(f"cannot serve on {host}:{port}: {exc.strerror or exc}; is "
+                              "another server on that port? Pick another with --port") from None
 
 
 def read_token(token: str | None, token_file: Path | None) -> str | None:
@@ -136,6 +150,7 @@ def serve(host: str, port: int, token: str | None, token_file: Path | None,
                 f"reachable from other machines needs at least {MIN_TOKEN} characters (make "
                 "one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')")
         hosts = allowed_hosts(allowed_host, host)
+        check_port(host, port)
         rt = runtime_for(db, app, need_app=worker, concurrency=concurrency, lease_ttl=lease_ttl)
         name = token_name or os.environ.get("TETHER_TOKEN_NAME") or None
         if name is not None and (not name.strip() or len(name) > 200):
@@ -154,8 +169,11 @@ def serve(host: str, port: int, token: str | None, token_file: Path | None,
             http=http_protocol(request_timeout, max_connections),
         )
 
+        stopped_by: list[int] = []
+
         class Server(uvicorn.Server):
             def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+                stopped_by.append(sig)
                 drain(asgi)
                 super().handle_exit(sig, frame)
 
@@ -178,6 +196,9 @@ def serve(host: str, port: int, token: str | None, token_file: Path | None,
             await rt.close()
             for stop in shutdown:
                 stop()
+        if server.started:  # its last line, as `tether worker` has one
+            why = f" by {signal.Signals(stopped_by[0]).name}" if stopped_by else ""
+            print(f"tether serve: stopped{why}", flush=True)
         return 0 if server.started else 1
 
     return run(main(), verbose)

@@ -64,14 +64,18 @@ def release(worker_id: str, db: str | None, app: str | None, verbose: bool, as_j
         rt = runtime_for(db, app)
         try:
             released = await rt.release_worker(worker_id, actor=cli_actor())
+            known = released or any(w.id == worker_id for w in await rt.workers())
         finally:
             await rt.close()
         if as_json:
             dump({"worker": worker_id, "released": released})
         elif released:
             print(f"released {plural(len(released), 'run')} of {worker_id}: {' '.join(released)}")
-        else:
+        elif known:
             print(f"{worker_id} leases no run (its effects, if any, were released)")
+        else:  # a typo, or a worker that stopped cleanly (it gave everything back itself)
+            print(f"{worker_id} leases no run and is not a registered worker (`tether workers` "
+                  "lists their ids)")
         return 0
 
     return run(main(), verbose)

@@ -1,1 +1,1 @@
-"""`tether demo`: the lesson's scenarios, end to end, on embedded SQLite."""
+"""`tether demo`: durable execution's scenarios, end to end, on embedded SQLite."""
