@@ -102,10 +102,26 @@ SELECT {{effect_columns}}
 FROM outbox WHERE thread_id = %(thread_id)s AND key = %(key)s;
 
 -- name: list_effects
-SELECT {{effect_columns}}
-FROM outbox
-WHERE (%(thread_id)s::text IS NULL OR thread_id = %(thread_id)s::text)
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+-- Effects by age, of a run, of a status, or both. The dead ones of every run (the
+-- dashboard's list) are a range of outbox_dead (migration 0017), never a read of every done
+-- effect: the first branch serves them, the second everything else (each runs only when its
+-- one-time condition holds).
+SELECT * FROM (
+    (SELECT {{effect_columns}}
+     FROM outbox
+     WHERE %(status)s::text IS NOT DISTINCT FROM 'dead' AND %(thread_id)s::text IS NULL
+       AND status = 'dead'
+     ORDER BY created_at, thread_id, step, idx
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT {{effect_columns}}
+     FROM outbox
+     WHERE NOT (%(status)s::text IS NOT DISTINCT FROM 'dead' AND %(thread_id)s::text IS NULL)
+       AND (%(thread_id)s::text IS NULL OR thread_id = %(thread_id)s::text)
+       AND (%(status)s::text IS NULL OR status = %(status)s::text)
+     ORDER BY created_at, thread_id, step, idx
+     LIMIT %(limit)s)
+) AS e
 ORDER BY created_at, thread_id, step, idx
 LIMIT %(limit)s;
 

@@ -15,7 +15,8 @@ WHERE status IN ('pending', 'running', 'dead') GROUP BY status;
 -- keeps the plan's estimate under the JIT threshold) and status, a range of runs_open read
 -- at most %(cap)s + 1 far; failed and cancelled, their partial indexes (at most %(cap)s entries, by version);
 -- completed, among the newest %(cap)s finished runs (runs_finished); effects, at most %(cap)s
--- + 1 of each status.
+-- + 1 of each status, each status a literal so that its partial index serves it (pending
+-- and running: outbox_live; dead: outbox_dead, migration 0017), never every done effect.
 SELECT CASE WHEN n > %(cap)s THEN 'run+' ELSE 'run' END, status, version, least(n, %(cap)s)
 FROM (
     SELECT v.version AS version, s.status,
@@ -51,9 +52,14 @@ GROUP BY version
 UNION ALL
 SELECT CASE WHEN n > %(cap)s THEN 'effect+' ELSE 'effect' END, status, '', least(n, %(cap)s)
 FROM (
-    SELECT e.status, (SELECT count(*) FROM (SELECT 1 FROM outbox AS o WHERE o.status = e.status
-                                            LIMIT %(cap)s + 1) AS x) AS n
-    FROM (VALUES ('pending'), ('running'), ('dead')) AS e(status)
-    OFFSET 0
+    SELECT 'pending' AS status, (SELECT count(*) FROM (SELECT 1 FROM outbox
+                                     WHERE status = 'pending' LIMIT %(cap)s + 1) AS x) AS n
+    UNION ALL
+    SELECT 'running', (SELECT count(*) FROM (SELECT 1 FROM outbox
+                                     WHERE status = 'running' LIMIT %(cap)s + 1) AS x)
+    UNION ALL
+    SELECT 'dead', (SELECT count(*) FROM (SELECT 1 FROM outbox
+                                     WHERE status = 'dead' LIMIT %(cap)s + 1) AS x)
+    OFFSET 0  -- each count once, not again for each column that uses it
 ) AS e
 WHERE n > 0;
