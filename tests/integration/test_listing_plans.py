@@ -426,3 +426,63 @@ def test_the_cases_run_every_listing_query(dialect: str) -> None:
         listing.plan(code_point_order=True)[0] for listing, _, _ in UPDATED.values()} | {
         listing.plan(code_point_order=True)[0] for listing, _ in OPEN_CASES.values()}
     assert run == {name for name in queries(dialect) if name.startswith("list_runs_")}
+
+
+# Effects shown to a person (migration 0017): the dead ones of every run from outbox_dead,
+# the pending and running ones from outbox_live, and the capped counts of each the same way;
+# never a read of every done effect. 20,000 effects: 4 dead, 5 pending, the others done.
+EFFECTS = """
+    INSERT INTO outbox (thread_id, key, step, idx, name, payload, status, next_attempt_at,
+                        created_at)
+    SELECT {id}, 'k', 1, 0, 'charge', x'7b7d',
+           CASE WHEN i % 5000 = 7 THEN 'dead' WHEN i % 4000 = 9 THEN 'pending' ELSE 'done' END,
+           0, i FROM {series}"""
+EFFECTS_PG = EFFECTS.format(id="'e' || i", series="generate_series(0, 20000 - 1) i").replace(
+    "x'7b7d'", "'\\x7b7d'::bytea")
+EFFECTS_SQLITE = ("WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < "
+                  "20000 - 1)" + EFFECTS.format(id="'e' || i", series="n"))
+EFFECT_READS = {  # query -> (its parameters, rows it returns)
+    "dead": ("list_effects", {"thread_id": None, "status": "dead", "limit": 500}, 4),
+    "pending": ("list_effects", {"thread_id": None, "status": "pending", "limit": 500}, 5),
+    "counts": ("status_counts_capped", {"cap": 10000, "versions": []}, 2),
+}
+
+
+@pytest.mark.postgres
+def test_postgres_effects_shown_read_their_own_index(pg_url: str) -> None:
+    q = queries("postgres")
+    with psycopg.connect(pg_url, autocommit=True) as pg:
+        pg.execute(EFFECTS_PG.encode())
+        for analyzed in (False, True):
+            if analyzed:
+                pg.execute(b"ANALYZE outbox")
+            for what, (name, params, rows) in EFFECT_READS.items():
+                (plan,), = pg.execute(("EXPLAIN (ANALYZE, FORMAT JSON) " + q[name]).encode(),
+                                      params).fetchall()
+                root = plan[0]["Plan"]
+                assert root["Actual Rows"] == rows, (what, analyzed)
+                scans = _scans(root)
+                assert ("Seq Scan", "outbox") not in scans, (what, analyzed, scans)
+                assert _read(root) <= 50, (what, analyzed, _read(root), scans)  # of 20,000
+
+
+def test_sqlite_effects_shown_read_their_own_index(sqlite_template: Path,
+                                                    tmp_path: Path) -> None:
+    path = tmp_path / "effects.db"
+    shutil.copyfile(sqlite_template, path)
+    q = queries("sqlite")
+    with closing(sqlite3.connect(path)) as db:
+        db.execute(EFFECTS_SQLITE)
+        db.commit()
+        for analyzed in (False, True):
+            if analyzed:
+                db.execute("ANALYZE")
+            for what, (name, params, rows) in EFFECT_READS.items():
+                assert len(db.execute(q[name], params).fetchall()) == rows, what
+                plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + q[name], params)]
+                reads = [p for p in plan if p.startswith(("SCAN outbox", "SEARCH outbox"))]
+                # The one bare scan is list_effects' last branch, for a run or any status:
+                # it runs only when neither of the first two does.
+                bare = [p for p in reads if "INDEX" not in p]
+                assert len(bare) == (1 if name == "list_effects" else 0), (what, plan)
+                assert any("outbox_dead" in p for p in reads), (what, plan)

@@ -53,10 +53,14 @@ UNION ALL
 SELECT CASE WHEN n > %(cap)s THEN 'effect+' ELSE 'effect' END, status, '', least(n, %(cap)s)
 FROM (
     SELECT 'pending' AS status, (SELECT count(*) FROM (SELECT 1 FROM outbox
-                                     WHERE status = 'pending' LIMIT %(cap)s + 1) AS x) AS n
+                                     WHERE status = 'pending'
+                                       AND status IN ('pending', 'running')
+                                     LIMIT %(cap)s + 1) AS x) AS n
     UNION ALL
     SELECT 'running', (SELECT count(*) FROM (SELECT 1 FROM outbox
-                                     WHERE status = 'running' LIMIT %(cap)s + 1) AS x)
+                                     WHERE status = 'running'
+                                       AND status IN ('pending', 'running')
+                                     LIMIT %(cap)s + 1) AS x)
     UNION ALL
     SELECT 'dead', (SELECT count(*) FROM (SELECT 1 FROM outbox
                                      WHERE status = 'dead' LIMIT %(cap)s + 1) AS x)

@@ -6,9 +6,9 @@
 -- query only the run's children (runs_parent): named with INDEXED BY, as the planner takes
 -- runs_created for them (an unbounded time range looks selective to it), analyzed or not,
 -- and then reads every run. A `_failed` or `_cancelled` query reads only the runs of that
--- status (its partial index, named: with a version, the planner would take runs_version). An `_agent`, `_version` or
--- `_completed` query reads only that agent's, version's or status's runs (runs_agent,
--- runs_version, runs_completed: migration 0017, named). The latest updated are the running
+-- status (its partial index, named: with a version, the planner would take runs_version).
+-- An `_agent`, `_version` or `_completed` query reads only that agent's, version's or
+-- status's runs (runs_agent, runs_version, runs_completed: migration 0017, named). The latest updated are the running
 -- runs (runs_open, per version), the resting ones (runs_idle, by idle_at, per status: 0017)
 -- and the finished ones (runs_finished, by finished_at: 0012).
 -- Every query is a `page` in one order (the fragments newest, oldest, updated) of one

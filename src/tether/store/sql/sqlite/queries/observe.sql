@@ -54,10 +54,14 @@ UNION ALL
 SELECT CASE WHEN n > :cap THEN 'effect+' ELSE 'effect' END, status, '', min(n, :cap)
 FROM (
     SELECT 'pending' AS status, (SELECT count(*) FROM (SELECT 1 FROM outbox
-                                     WHERE status = 'pending' LIMIT :cap + 1)) AS n
+                                     WHERE status = 'pending'
+                                       AND status IN ('pending', 'running')
+                                     LIMIT :cap + 1)) AS n
     UNION ALL
     SELECT 'running', (SELECT count(*) FROM (SELECT 1 FROM outbox
-                                     WHERE status = 'running' LIMIT :cap + 1))
+                                     WHERE status = 'running'
+                                       AND status IN ('pending', 'running')
+                                     LIMIT :cap + 1))
     UNION ALL
     SELECT 'dead', (SELECT count(*) FROM (SELECT 1 FROM outbox
                                      WHERE status = 'dead' LIMIT :cap + 1))
