@@ -8,7 +8,9 @@ Fills a fresh database in SQL (generate_series on Postgres, a recursive CTE on S
 1,000,000 runs with 10 checkpoints each (10,000,000) on Postgres, 100,000 runs with 10 each
 (1,000,000) on SQLite, times --scale, then vacuumed and analyzed; 2% of runs failed,
 versions v1/v2, five agents, one run in 1,000 waiting on a pending interrupt, one in 10 with
-an answered one. Then a real worker
+an answered one, one in 10 with a done effect (one dead). The newest tenth is parked
+(waiting), so no recent run is completed; the oldest hundredth is of agent `early` on version
+v0, so neither has a recent run. Then a real worker
 runs one run of 1,000 steps. Each page is served by the real app (create_app, in process, no
 network) N times after a warm-up; the time is the request's, as the server spends it.
 Reference, in the same run: the same pages on a store of 1,000 runs (the `ratio` column).
@@ -45,18 +47,26 @@ STEPS = 10
 def fill_sql(dialect: str, runs: int, now: float) -> list[str]:
     """Runs r00000000.. created one a second up to `now`, with their checkpoints and
     interrupts (the state of a checkpoint here is an empty delta)."""
-    status = ("CASE WHEN i % 1000 = 7 THEN 'waiting' WHEN i % 50 = 0 THEN 'failed' "
-              "ELSE 'completed' END")
+    parked, early = runs - runs // 10, runs // 100  # the newest tenth, the oldest hundredth
+    status = (f"CASE WHEN i % 1000 = 7 OR i >= {parked} THEN 'waiting' WHEN i % 50 = 0 "
+              f"THEN 'failed' ELSE 'completed' END")
+    ask = f"CASE WHEN i % 1000 = 7 OR i >= {parked} THEN"
+    agent = f"CASE WHEN i < {early} THEN 'early' ELSE 'a' || (i % 5) END"
+    version = f"CASE WHEN i < {early} THEN 'v0' ELSE 'v' || (1 + i % 2) END"
+    # An effect in every tenth run, done but for one dead in the oldest hundredth.
+    effect = "CASE WHEN i = 1 THEN 'dead' ELSE 'done' END"
+    ecols = ("thread_id, key, step, idx, name, payload, status, attempts, next_attempt_at, "
+             "created_at, done_at")
     cols = ("thread_id, agent, version, status, node, step, input, input_hash, waiting_for, "
             "error, created_at, updated_at")
     if dialect == "postgres":
         tid = "'r' || lpad(i::text, 8, '0')"
         gen = f"generate_series(0, {runs - 1}) AS i"
         return [
-            f"INSERT INTO runs ({cols}) SELECT {tid}, 'a' || (i % 5), 'v' || (1 + i % 2), "
-            f"{status}, CASE WHEN i % 1000 = 7 THEN 'ask' END, {STEPS}, '\\x7b7d'::bytea, 'h', "
-            f"CASE WHEN i % 1000 = 7 THEN 'interrupt' END, CASE WHEN i % 50 = 0 AND i % 1000 "
-            f"<> 7 THEN convert_to('{{\"category\":\"exception\",\"type\":\"E\","
+            f"INSERT INTO runs ({cols}) SELECT {tid}, {agent}, {version}, "
+            f"{status}, {ask} 'ask' END, {STEPS}, '\\x7b7d'::bytea, 'h', "
+            f"{ask} 'interrupt' END, CASE WHEN i % 50 = 0 AND i % 1000 <> 7 AND i < {parked} "
+            f"THEN convert_to('{{\"category\":\"exception\",\"type\":\"E\","
             f"\"message\":\"boom\"}}', 'UTF8') END, {now} - {runs} + i, {now} - {runs} + i "
             f"+ 5 FROM {gen}",
             f"INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, "
@@ -71,6 +81,9 @@ def fill_sql(dialect: str, runs: int, now: float) -> list[str]:
             f" CASE WHEN i % 1000 = 7 THEN 'pending' ELSE 'resolved' END, {now} - {runs} + i, "
             f"CASE WHEN i % 1000 = 7 THEN NULL ELSE {now} END FROM {gen} "
             f"WHERE i % 1000 = 7 OR i % 10 = 3",
+            f"INSERT INTO outbox ({ecols}) SELECT {tid}, 'e', 3, 0, 'charge', '\\x7b7d'::bytea, "
+            f"{effect}, 1, {now} - {runs} + i, {now} - {runs} + i, {now} - {runs} + i + 1 "
+            f"FROM {gen} WHERE i % 10 = 1",
             # A settled store: without it, autovacuum's first pass over 10,000,000 fresh
             # checkpoints runs during the measurement, on the same two cores.
             "VACUUM ANALYZE",
@@ -79,9 +92,9 @@ def fill_sql(dialect: str, runs: int, now: float) -> list[str]:
     st = f"s(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM s WHERE k < {STEPS})"
     tid = "'r' || substr('00000000' || i, -8, 8)"
     return [
-        f"{seq} INSERT INTO runs ({cols}) SELECT {tid}, 'a' || (i % 5), 'v' || (1 + i % 2), "
-        f"{status}, CASE WHEN i % 1000 = 7 THEN 'ask' END, {STEPS}, x'7b7d', 'h', "
-        f"CASE WHEN i % 1000 = 7 THEN 'interrupt' END, CASE WHEN i % 50 = 0 AND i % 1000 <> 7 "
+        f"{seq} INSERT INTO runs ({cols}) SELECT {tid}, {agent}, {version}, "
+        f"{status}, {ask} 'ask' END, {STEPS}, x'7b7d', 'h', "
+        f"{ask} 'interrupt' END, CASE WHEN i % 50 = 0 AND i % 1000 <> 7 AND i < {parked} "
         f"THEN CAST('{{\"category\":\"exception\",\"type\":\"E\",\"message\":\"boom\"}}' AS "
         f"BLOB) END, {now} - {runs} + i, {now} - {runs} + i + 5 FROM n",
         f"{seq}, {st} INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, "
@@ -94,6 +107,9 @@ def fill_sql(dialect: str, runs: int, now: float) -> list[str]:
         f"i % 1000 = 7 THEN NULL ELSE x'74727565' END, CASE WHEN i % 1000 = 7 THEN 'pending' "
         f"ELSE 'resolved' END, {now} - {runs} + i, CASE WHEN i % 1000 = 7 THEN NULL ELSE "
         f"{now} END FROM n WHERE i % 1000 = 7 OR i % 10 = 3",
+        f"{seq} INSERT INTO outbox ({ecols}) SELECT {tid}, 'e', 3, 0, 'charge', x'7b7d', "
+        f"{effect}, 1, {now} - {runs} + i, {now} - {runs} + i, {now} - {runs} + i + 1 "
+        f"FROM n WHERE i % 10 = 1",
         "ANALYZE",
     ]
 
@@ -148,7 +164,8 @@ async def long_run(rt: tether.Runtime) -> str:
     return run.thread_id
 
 
-def pages(long_id: str) -> dict[str, str]:
+def pages(long_id: str, runs: int) -> dict[str, str]:
+    middle = f"r{runs // 10 * 5 + 3:08d}"  # of agent a3, neither early nor parked
     return {
         "runs list": "/ui/runs",
         "filtered: failed on v1 (2%)": "/ui/runs?status=failed&version=v1",
@@ -157,18 +174,24 @@ def pages(long_id: str) -> dict[str, str]:
         "filtered: thread_id prefix": "/ui/runs?prefix=r0001234",
         "runs list, oldest first": "/ui/runs?order=oldest",
         "runs list, latest updated": "/ui/runs?order=updated",
+        "filtered: completed (none recent)": "/ui/runs?status=completed",
+        "filtered: agent alone (only old runs)": "/ui/runs?agent=early",
+        "filtered: version alone (only old runs)": "/ui/runs?version=v0",
+        "filtered: waiting, latest updated": "/ui/runs?status=waiting&order=updated",
+        "overview": "/ui",
+        "effects (one dead)": "/ui/effects",
         "inbox": "/ui/interrupts",
         "run of 1,000 steps": f"/ui/runs/{long_id}",
         "metrics (hour and day)": "/ui/metrics",
         "agent page (a3)": "/ui/agents/a3",
-        "agent page, one run's path": "/ui/agents/a3?thread_id=r00000003",
+        "agent page, one run's path": f"/ui/agents/a3?thread_id={middle}",
     }
 
 
 GOALS = {"run of 1,000 steps": 200.0}
 
 
-async def measure(url: str, n: int, only: str | None) -> dict[str, tuple[float, float]]:
+async def measure(url: str, runs: int, n: int, only: str | None) -> dict[str, tuple[float, float]]:
     rt = tether.Runtime(url, agents=[long_agent()], version="v1")
     try:
         long_id = await long_run(rt)
@@ -176,7 +199,7 @@ async def measure(url: str, n: int, only: str | None) -> dict[str, tuple[float, 
         out: dict[str, tuple[float, float]] = {}
         async with app.router.lifespan_context(app), httpx.AsyncClient(
                 transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as c:
-            for name, path in pages(long_id).items():
+            for name, path in pages(long_id, runs).items():
                 if only is not None and only not in name:
                     continue
                 times = []
@@ -195,7 +218,7 @@ async def measure(url: str, n: int, only: str | None) -> dict[str, tuple[float, 
 
 
 KEPT = os.path.join(tempfile.gettempdir(), "tether_dash")
-FILLED = "bench_dashboard_filled"  # a kept store's mark: filled to the end, with how many runs
+FILLED = "bench_dashboard_filled2"  # a kept store's mark: filled to the end, with how many runs
 
 
 def kept_url(backend: str, size: int) -> str:
@@ -280,7 +303,7 @@ async def one(backend: str, runs: int, n: int, keep: bool, only: str | None
                 fill_s = await fill(url, size)
                 print(f"# {backend}: {size:,} runs, {size * STEPS:,} checkpoints filled in "
                       f"{fill_s:.1f} s", flush=True)
-            results[label] = await measure(url, n, only)
+            results[label] = await measure(url, size, n, only)
     for name, (p50, p95) in results["big"].items():
         ref95 = results["reference"][name][1]
         goal = GOALS.get(name, 100.0)

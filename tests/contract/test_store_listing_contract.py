@@ -188,7 +188,8 @@ def test_open_and_finished_statuses_split_every_status() -> None:
     # run must be in exactly one (migration 0012's finished_at names the same three).
     assert set(OPEN_STATUSES) | set(FINISHED_STATUSES) == {s.value for s in RunStatus}
     assert not set(OPEN_STATUSES) & set(FINISHED_STATUSES)
-    for status, name in (("running", "list_runs_updated_open"), (None, "list_runs_updated"),
+    for status, name in (("running", "list_runs_updated_running"),
+                         ("waiting", "list_runs_updated_idle"), (None, "list_runs_updated"),
                          ("failed", "list_runs_updated_finished"),
                          ("nonesuch", "list_runs_updated")):
         assert RunQuery(status=status, order="updated").plan(code_point_order=True)[0] == name

@@ -3,11 +3,14 @@ a listing and with which parameters (each store only runs it).
 
 Every order is a keyset over an index: `newest` and `oldest` walk runs_created
 (created_at, thread_id) down or up, `updated` orders by (updated_at, thread_id), read as
-two parts that together hold every run once: the open runs (few: runs_open, read whole and
-sorted) and the finished ones, walked down runs_finished (finished_at, thread_id), where
-finished_at is updated_at once a run is terminal (kept by the database: migration 0012).
-updated_at itself has no index, as every step commit rewrites it. A status filter reads
-only the part that can hold it (`_open`, `_finished`). A listing's
+parts that together hold every run once: the running runs (what workers lease: per version
+a range of runs_open, read whole and sorted), the resting ones (queued, waiting, sleeping),
+a page of each status walked down runs_idle (status, idle_at, thread_id), where idle_at is
+updated_at while a run rests (migration 0017), and the finished ones, walked down
+runs_finished (finished_at, thread_id), where finished_at is updated_at once a run is
+terminal (migration 0012); both kept by the database. updated_at itself has no index, as
+every step commit rewrites it. A status filter reads only the part that can hold it
+(`_running`, `_idle`, `_finished`). A listing's
 `before` is the cursor of the last row seen, in that order's key: (created_at, thread_id), or
 (updated_at, thread_id) for `updated`. Bounds that are not set are bound as infinities, so
 the time range and the cursor are always one index range, never an `IS NULL OR` the planner
@@ -27,8 +30,13 @@ A rare terminal status (failed, cancelled; newest or oldest first, with neither 
 nor a prefix range) walks its partial index instead (runs_failed, runs_cancelled: that
 status's runs in creation order), so a filter that matches nothing reads that status's runs,
 not the whole table; with a version, its `_version` query checks it in the index's key (a
-version with none of them reads no run). Completed is a filter on runs_created
-(completed runs are most of a store).
+version with none of them reads no run). An agent (newest or oldest first, no open or rare
+status) walks runs_agent (agent, created_at, thread_id, version: a version checked in its
+key), a version without an agent runs_version (version, created_at, thread_id), completed
+without either runs_completed (that status's runs in creation order): a filter that matches
+no recent run reads that agent's, version's or status's runs, never the whole of
+runs_created (migration 0017). Every one of these columns is written once, at creation or
+at the end: a step that goes on changes no entry of them.
 """
 
 from __future__ import annotations
@@ -87,18 +95,28 @@ class RunQuery:
         if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
             raise DefinitionError(f"limit must be a positive integer, got {self.limit!r}")
 
+    def _variant(self) -> str:
+        """The query's variant when neither a parent nor a prefix range serves it."""
+        status = self.status
+        if self.order == "updated":
+            return ("_running" if status == "running" else "_idle" if status in OPEN_STATUSES
+                    else "_finished" if status in FINISHED_STATUSES else "")
+        if status in INDEXED_STATUSES:  # the version is in that index's key
+            return f"_{status}" + ("_version" if self.version is not None else "")
+        if status in OPEN_STATUSES:
+            return "_open"
+        # An agent's or a version's runs before the completed ones: completed runs are most
+        # of a store, so the agent's range (or the version's) holds few that are not.
+        return ("_agent" if self.agent is not None else "_version" if self.version is not None
+                else "_completed" if status == "completed" else "")
+
     def plan(self, *, code_point_order: bool) -> tuple[str, dict[str, object]]:
         """The named query and its parameters. `code_point_order`: the store's thread_id
         collation orders by code point, so a prefix can be a primary-key range."""
         end = prefix_end(self.prefix) if self.prefix is not None else None
         ranged = end is not None and code_point_order and self.parent is None
-        by_status = self.status in INDEXED_STATUSES and self.order != "updated"
-        part = ("_open" if self.status in OPEN_STATUSES else "_finished"
-                if self.status in FINISHED_STATUSES and self.order == "updated" else "")
         variant = ("_parent" if self.parent is not None else "_prefix" if ranged
-                   else f"_{self.status}" if by_status else part)
-        if variant == f"_{self.status}" and self.version is not None:
-            variant += "_version"  # the version is in that index's key
+                   else self._variant())
         name = f"list_runs_{self.order}{variant}"
         down = self.order != "oldest"
         if self.before is not None:
@@ -122,10 +140,10 @@ def index_ordered(name: str) -> bool:
     version's range, for `_open`), no sort of what it matched: Postgres reads those with
     sorting off (read_by_index), so no statistics make the planner sort every
     matching run instead. The others sort a bounded set (a run's children, a prefix's
-    range, the open runs by updated_at), which sorting off would turn into a walk of
+    range, the running runs by updated_at), which sorting off would turn into a walk of
     runs_created."""
     return not name.endswith(("_parent", "_prefix")) and name not in (
-        "list_runs_updated", "list_runs_updated_open")
+        "list_runs_updated", "list_runs_updated_running")
 
 
 def prefix_end(prefix: str) -> str | None:

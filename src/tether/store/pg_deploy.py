@@ -53,8 +53,8 @@ class PgDeployments:
         versions = [r[0] for r in await self._conns.read(self._q["open_versions"])]
         if not versions:
             return []
-        rows = await self._conns.read(self._q["open_runs_capped"],
-                                      {"cap": cap, "versions": versions})
+        rows = await self._conns.read_by_index(self._q["open_runs_capped"],  # no JIT, no sort
+                                               {"cap": cap, "versions": versions})
         return [OpenRuns(*r) for r in rows if r[2]]
 
     async def stranded_runs(self, version: str, before: float, cap: int | None = None) -> int:

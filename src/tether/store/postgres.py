@@ -590,8 +590,8 @@ class PostgresStore(PgSessionsPart):
 
     async def status_counts(self, cap: int | None = None) -> StatusCounts:  # capped: versions first
         versions = [r[0] for r in await self._conns.read(self._q["open_versions"])] if cap else []
-        rows = await self._conns.read(self._q["status_counts_capped" if cap else "status_counts"],
-                                      {"cap": cap, "versions": versions})
+        rows = await (self._conns.read_by_index if cap else self._conns.read)(  # capped: pages
+            self._q["status_counts_capped" if cap else "status_counts"], {"cap": cap, "versions": versions})
         return StatusCounts.from_rows([tuple(r) for r in rows])
 
     async def list_audit(self, *, thread_id: str | None = None, action: str | None = None,

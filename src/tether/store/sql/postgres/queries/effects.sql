@@ -102,10 +102,35 @@ SELECT {{effect_columns}}
 FROM outbox WHERE thread_id = %(thread_id)s AND key = %(key)s;
 
 -- name: list_effects
-SELECT {{effect_columns}}
-FROM outbox
-WHERE (%(thread_id)s::text IS NULL OR thread_id = %(thread_id)s::text)
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+-- Effects by age, of a run, of a status, or both. The dead ones of every run (the
+-- dashboard's list) are a range of outbox_dead (migration 0017), the pending or running ones
+-- the live effects of outbox_live, sorted: never a read of every done effect. One branch
+-- each, the last for everything else (each runs only when its one-time condition holds).
+SELECT * FROM (
+    (SELECT {{effect_columns}}
+     FROM outbox
+     WHERE %(status)s::text IS NOT DISTINCT FROM 'dead' AND %(thread_id)s::text IS NULL
+       AND status = 'dead'
+     ORDER BY created_at, thread_id, step, idx
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT {{effect_columns}}
+     FROM outbox
+     WHERE %(status)s::text IN ('pending', 'running') AND %(thread_id)s::text IS NULL
+       AND status = %(status)s::text
+       AND status IN ('pending', 'running')  -- (lets it read outbox_live)
+     ORDER BY created_at, thread_id, step, idx
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT {{effect_columns}}
+     FROM outbox
+     WHERE NOT (coalesce(%(status)s::text IN ('dead', 'pending', 'running'), false)
+                AND %(thread_id)s::text IS NULL)
+       AND (%(thread_id)s::text IS NULL OR thread_id = %(thread_id)s::text)
+       AND (%(status)s::text IS NULL OR status = %(status)s::text)
+     ORDER BY created_at, thread_id, step, idx
+     LIMIT %(limit)s)
+) AS e
 ORDER BY created_at, thread_id, step, idx
 LIMIT %(limit)s;
 

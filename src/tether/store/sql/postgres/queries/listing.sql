@@ -4,8 +4,11 @@
 -- both are index ranges. Status, agent, version and the prefix are filters on what the range
 -- reads; a `_prefix` query also reads only the primary-key range of the prefix, a `_parent`
 -- query only the run's children (runs_parent), a `_failed` or `_cancelled` query only
--- the runs of that status (partial indexes). The latest updated are the open runs
--- (runs_open) and the finished ones (runs_finished, by finished_at: migration 0012).
+-- the runs of that status (partial indexes), an `_agent`, `_version` or `_completed` query
+-- only that agent's, version's or status's runs (runs_agent, runs_version, runs_completed:
+-- migration 0017). The latest updated are the running runs (runs_open, per version), the
+-- resting ones (runs_idle, by idle_at, per status: 0017) and the finished ones
+-- (runs_finished, by finished_at: 0012).
 -- Every query is a `page` in one order (the fragments newest, oldest, updated) of one
 -- variant, given where it is used: its condition (a status a literal: a partial index serves
 -- only a query that names its status).
@@ -27,6 +30,19 @@ SELECT {{run_columns}} FROM runs
 ORDER BY {{key}} {{dir}}, thread_id {{dir}}
 LIMIT %(limit)s
 
+-- fragment: keyed(cmp, dir, cond, last)
+-- A `page` in created order read from an index whose key ends (created_at, thread_id, last):
+-- `last` as a last sort key changes no order (thread_id is unique), but only that index
+-- gives the order without a sort, so the planner takes it over runs_created whatever share
+-- of the runs it estimates the filter keeps (runs_created would walk every run that does
+-- not match, newest first, before the first that does).
+SELECT {{run_columns}} FROM runs
+{{run_filter}}
+  AND (created_at, thread_id) {{cmp}} (%(cur_ts)s::float8, %(cur_id)s::text)
+  {{cond}}
+ORDER BY created_at {{dir}}, thread_id {{dir}}, {{last}} {{dir}}
+LIMIT %(limit)s
+
 -- fragment: newest(cond)
 {{page(created_at, <, DESC, {{cond}})}}
 
@@ -36,8 +52,24 @@ LIMIT %(limit)s
 -- fragment: updated(cond)
 {{page(updated_at, <, DESC, {{cond}})}}
 
--- fragment: open_part
-{{updated(AND status IN ('queued', 'running', 'waiting', 'sleeping'))}}
+-- fragment: running_part
+-- The running runs past the cursor by updated_at, all of them (they are what workers lease):
+-- per version that has open runs (open_version_walk, which must precede it), that version's
+-- range of runs_open for 'running'; never the resting runs, however many are parked.
+SELECT p.* FROM v CROSS JOIN LATERAL (
+    SELECT {{run_columns}} FROM runs
+    {{run_filter}}
+      AND version = v.version AND status = 'running'
+      AND status IN ('queued', 'running', 'waiting', 'sleeping')
+      AND (updated_at, thread_id) < (%(cur_ts)s::float8, %(cur_id)s::text)
+) AS p
+WHERE v.version IS NOT NULL
+ORDER BY p.updated_at DESC, p.thread_id DESC
+LIMIT %(limit)s
+
+-- fragment: idle_part(status)
+-- A page of the runs resting in `status` (a literal, or the bound status), down runs_idle.
+{{page(idle_at, <, DESC, AND status = {{status}} AND idle_at IS NOT NULL)}}
 
 -- fragment: finished_part
 {{page(finished_at, <, DESC, AND finished_at IS NOT NULL)}}
@@ -98,6 +130,30 @@ LIMIT %(limit)s
 -- list_runs_oldest_cancelled of one version, checked in runs_cancelled's key.
 {{oldest(AND status = 'cancelled' AND version = %(version)s::text)}}
 
+-- name: list_runs_newest_completed
+-- list_runs_newest of the completed runs (runs_completed, a partial index: keyed).
+{{keyed(<, DESC, AND status = 'completed', version)}}
+
+-- name: list_runs_oldest_completed
+-- list_runs_oldest of the completed runs (runs_completed, a partial index: keyed).
+{{keyed(>, ASC, AND status = 'completed', version)}}
+
+-- name: list_runs_newest_agent
+-- list_runs_newest of one agent (runs_agent, keyed; a version is checked in its key).
+{{keyed(<, DESC, AND agent = %(agent)s::text, version)}}
+
+-- name: list_runs_oldest_agent
+-- list_runs_oldest of one agent (runs_agent, keyed).
+{{keyed(>, ASC, AND agent = %(agent)s::text, version)}}
+
+-- name: list_runs_newest_version
+-- list_runs_newest of one version (runs_version, keyed; an agent is checked in its key).
+{{keyed(<, DESC, AND version = %(version)s::text, agent)}}
+
+-- name: list_runs_oldest_version
+-- list_runs_oldest of one version (runs_version, keyed).
+{{keyed(>, ASC, AND version = %(version)s::text, agent)}}
+
 -- fragment: open_page(cmp, dir)
 -- A page of one open status (bound: %(status)s is one of them) in created order: per version
 -- that has open runs (a skip scan of runs_open, one seek each), that version's range of
@@ -127,20 +183,33 @@ LIMIT %(limit)s
 {{open_page(>, ASC)}}
 
 -- name: list_runs_updated
--- Most recently updated first: the open runs (runs_open: few, read whole and sorted) merged
--- with the finished ones walked down runs_finished (finished_at = updated_at once finished:
--- migration 0012), each part at most a page; every run is in exactly one part.
+-- Most recently updated first: the running runs (running_part: all of them, sorted), a page
+-- of each resting status down runs_idle (idle_at = updated_at while queued, waiting or
+-- sleeping: migration 0017) and a page of the finished ones down runs_finished
+-- (finished_at = updated_at once finished: 0012), merged; every run is in exactly one part.
+{{open_version_walk}}
 SELECT * FROM (
-    ({{open_part}})
+    ({{running_part}})
+    UNION ALL
+    ({{idle_part('queued')}})
+    UNION ALL
+    ({{idle_part('waiting')}})
+    UNION ALL
+    ({{idle_part('sleeping')}})
     UNION ALL
     ({{finished_part}})
 ) AS r
 ORDER BY updated_at DESC, thread_id DESC
 LIMIT %(limit)s;
 
--- name: list_runs_updated_open
--- list_runs_updated of an open status: the open runs alone (runs_open).
-{{open_part}}
+-- name: list_runs_updated_running
+-- list_runs_updated of the running runs alone (running_part).
+{{open_version_walk}}
+{{running_part}}
+
+-- name: list_runs_updated_idle
+-- list_runs_updated of a resting status (queued, waiting or sleeping): a page of runs_idle.
+{{idle_part(%(status)s::text)}}
 
 -- name: list_runs_updated_finished
 -- list_runs_updated of a terminal status: the finished runs alone (runs_finished).

@@ -77,9 +77,37 @@ SELECT {{effect_columns}}
 FROM outbox WHERE thread_id = :thread_id AND key = :key;
 
 -- name: list_effects
-SELECT {{effect_columns}}
-FROM outbox
-WHERE (:thread_id IS NULL OR thread_id = :thread_id) AND (:status IS NULL OR status = :status)
+-- Effects by age, of a run, of a status, or both. The dead ones of every run (the
+-- dashboard's list) are a range of outbox_dead (migration 0017), the pending or running ones
+-- the live effects of outbox_live, sorted: never a read of every done effect. One branch
+-- each, the last for everything else (each runs only when its condition on the parameters
+-- holds).
+SELECT * FROM (
+    SELECT * FROM (
+        SELECT {{effect_columns}}
+        FROM outbox INDEXED BY outbox_dead
+        WHERE :status IS 'dead' AND :thread_id IS NULL AND status = 'dead'
+        ORDER BY created_at, thread_id, step, idx
+        LIMIT :limit)
+    UNION ALL
+    SELECT * FROM (
+        SELECT {{effect_columns}}
+        FROM outbox INDEXED BY outbox_live
+        WHERE :status IN ('pending', 'running') AND :thread_id IS NULL AND status = :status
+          AND status IN ('pending', 'running')  -- (lets it read outbox_live)
+        ORDER BY created_at, thread_id, step, idx
+        LIMIT :limit)
+    UNION ALL
+    SELECT * FROM (
+        SELECT {{effect_columns}}
+        FROM outbox
+        WHERE NOT (coalesce(:status IN ('dead', 'pending', 'running'), false)
+                   AND :thread_id IS NULL)
+          AND (:thread_id IS NULL OR thread_id = :thread_id)
+          AND (:status IS NULL OR status = :status)
+        ORDER BY created_at, thread_id, step, idx
+        LIMIT :limit)
+)
 ORDER BY created_at, thread_id, step, idx
 LIMIT :limit;
 

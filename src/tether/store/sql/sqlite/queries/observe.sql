@@ -14,9 +14,9 @@ WHERE status IN ('pending', 'running', 'dead') GROUP BY status;
 -- open runs per version (a skip scan of runs_open) and status, a range of runs_open read
 -- at most :cap + 1 far; failed and cancelled, their partial indexes (at most :cap entries, by version);
 -- completed, among the newest :cap finished runs (runs_finished); effects, at most :cap
--- + 1 of each status.
-{{open_versions}},
-effect_status(status) AS (VALUES ('pending'), ('running'), ('dead'))
+-- + 1 of each status, each status a literal so that its partial index serves it (pending
+-- and running: outbox_live; dead: outbox_dead, migration 0017), never every done effect.
+{{open_versions}}
 SELECT CASE WHEN n > :cap THEN 'run+' ELSE 'run' END, status, version, min(n, :cap)
 FROM (
     SELECT v.version, s.status,
@@ -53,9 +53,18 @@ GROUP BY version
 UNION ALL
 SELECT CASE WHEN n > :cap THEN 'effect+' ELSE 'effect' END, status, '', min(n, :cap)
 FROM (
-    SELECT e.status, (SELECT count(*) FROM (SELECT 1 FROM outbox AS o WHERE o.status = e.status
-                                            LIMIT :cap + 1)) AS n
-    FROM effect_status AS e
-    LIMIT -1 OFFSET 0
-)
+    SELECT 'pending' AS status, (SELECT count(*) FROM (SELECT 1 FROM outbox
+                                     WHERE status = 'pending'
+                                       AND status IN ('pending', 'running')
+                                     LIMIT :cap + 1)) AS n
+    UNION ALL
+    SELECT 'running', (SELECT count(*) FROM (SELECT 1 FROM outbox
+                                     WHERE status = 'running'
+                                       AND status IN ('pending', 'running')
+                                     LIMIT :cap + 1))
+    UNION ALL
+    SELECT 'dead', (SELECT count(*) FROM (SELECT 1 FROM outbox
+                                     WHERE status = 'dead' LIMIT :cap + 1))
+    LIMIT -1 OFFSET 0  -- each count once, not again for each column that uses it
+) AS e
 WHERE n > 0;

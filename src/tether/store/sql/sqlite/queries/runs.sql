@@ -6,7 +6,7 @@
 -- makes insert-or-return atomic.
 INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash, idempotency_key,
                   parent_thread_id, forked_from, forked_step, lease_owner, lease_expires_at,
-                  epoch, attempt, created_at, updated_at, trace_context)
+                  epoch, attempt, created_at, updated_at, trace_context, idle_at)
 VALUES (:thread_id, :agent, :version,
         CASE WHEN :lease_owner IS NULL THEN 'queued' ELSE 'running' END,
         :node, :input, :input_hash, :idempotency_key,
@@ -16,7 +16,8 @@ VALUES (:thread_id, :agent, :version,
         CASE WHEN :lease_owner IS NULL THEN 0 ELSE 1 END,
         CASE WHEN :lease_owner IS NULL THEN 0 ELSE 1 END,
         (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0,
-        :trace_context)
+        :trace_context,  -- idle_at (0017): updated_at while queued
+        CASE WHEN :lease_owner IS NULL THEN (julianday('now') - 2440587.5) * 86400.0 END)
 ON CONFLICT DO NOTHING
 RETURNING {{run_columns}};
 
