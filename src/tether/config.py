@@ -101,9 +101,9 @@ VALID: dict[str, tuple[Callable[[Any], bool], str, str]] = {
 OTHER_ENV = frozenset({
     "APP", "LOOP", "TOKEN", "TOKEN_NAME", "ALLOWED_HOSTS", "TRACE_DETAIL", "LISTEN_URL",
     "MAX_STREAMS", "MAX_STREAMS_PER_CLIENT", "CHROMIUM", "TEST_PG", "TEST_EXAMPLES",
-    "TEST_GENAI_URL", "TEST_PGBOUNCER", "BIN", "FSYNC_DELAY_MS"})
+    "TEST_GENAI_URL", "TEST_PGBOUNCER", "BIN", "URL", "FSYNC_DELAY_MS"})
 """The TETHER_* variables besides the settings' (read by the CLI, the server, the event loop,
-tracing, the test suite, the TypeScript client's tests (BIN) and the slow-disk shim)."""
+tracing, the test suite, the TypeScript client's tests and example (BIN, URL) and the slow-disk shim)."""
 OTHER_ENV_FAMILIES = ("BENCH_", "LGS_")
 """Prefixes (after TETHER_) of variable families: the benchmarks' knobs."""
 _warned: set[str] = set()
