@@ -32,6 +32,7 @@ from apps import ha_app as app
 from apps.chaos_app import read_calls
 from apps.effects_app import SINK_ENV, by_key, read_lines
 from apps.pg_cluster import PgPair, available, in_ci
+from tether.store.base import Store
 
 pytestmark = [pytest.mark.failover, pytest.mark.slow]
 
@@ -59,6 +60,22 @@ def _checkpoints(url: str) -> int:
             return int(row[0]) if row else 0
     except psycopg.OperationalError:
         return -1
+
+
+async def _unfinished(store: Store, ids: list[str]) -> str:
+    """The rows of the runs not completed: the run, its interrupts, its checkpoints' steps
+    and the journal of the step after its last."""
+    lines = []
+    for thread_id in ids:
+        run = await store.get_run(thread_id)
+        if run is None or run.status == "completed":
+            continue
+        interrupts = await store.list_interrupts(thread_id=thread_id, status=None)
+        steps = [cp.step for cp in await store.checkpoints(thread_id)]
+        journal = await store.load_journal(thread_id, run.step + 1)
+        lines.append(f"{run}\n  interrupts: {interrupts}\n  checkpoints: {steps}\n"
+                     f"  journal of step {run.step + 1}: {[(j.idx, j.name) for j in journal]}")
+    return "unfinished runs:\n" + "\n".join(lines)
 
 
 ASYNC_STUCK = pytest.mark.xfail(
@@ -116,7 +133,12 @@ async def test_failover_under_load(sync: bool, tmp_path: Path) -> None:
                     runs = await rt.store.list_runs(limit=RUNS + 1)
                     return sum(r.status == "completed" for r in runs) == RUNS
 
-                await eventually(all_done, timeout=90, what="every run completed", workers=ws)
+                try:
+                    await eventually(all_done, timeout=90, what="every run completed",
+                                     workers=ws)
+                except AssertionError:
+                    print(await _unfinished(rt.store, ids))
+                    raise
                 wanted = RUNS // EFFECT_EVERY
 
                 async def effects_done() -> bool:
