@@ -176,6 +176,13 @@ class PgPair:
     def promote(self) -> None:
         self.standby.run("pg_ctl", "-D", str(self.standby.dir), "-w", "-t", "60", "promote")
 
+    def restart_old_primary(self) -> str:
+        """Start the killed primary again, alone, to read what it had committed (with
+        asynchronous replication: the tail the promoted standby never received); its URL.
+        Only once no tether process runs: it accepts writes, and is the URL's first host."""
+        self.primary.start()
+        return self.node_url(self.primary)
+
     def close(self) -> None:
         for node in (self.standby, self.primary):
             with contextlib.suppress(Exception):

@@ -652,6 +652,7 @@ async def test_journal_records_calls_in_order(store: Store) -> None:
     lease = lease_of(await claim_one(store, run))
     for idx in (0, 1, 2):
         await store.record_call(lease, 1, idx, f"call{idx}", orjson.dumps({"r": idx}))
+    await store.commit_step(step_commit(lease, 1))  # (step 2's calls: once past step 1)
     await store.record_call(lease, 2, 0, "other", b"\x00\xff binary")
     assert await store.load_journal(run.thread_id, 1) == [
         JournalRecord(i, f"call{i}", orjson.dumps({"r": i})) for i in (0, 1, 2)

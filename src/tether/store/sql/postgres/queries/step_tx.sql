@@ -146,9 +146,13 @@ SELECT (SELECT count(*) FROM woke), (SELECT count(*) FROM fx) FROM u;
 
 -- name: park_run
 -- Parks a running run (interrupt or join -> waiting, sleep -> sleeping until NOW + seconds),
--- fenced by the epoch; the lease is released: a parked run holds no worker. In the same
+-- fenced by the epoch and the step (the run is at the step before the parked one, as for a
+-- step commit); the lease is released: a parked run holds no worker. In the same
 -- statement: the children it spawns, and the pending interrupt or the journaled timer.
--- One row back = parked.
+-- One row back = parked. Fenced by the epoch alone, the park of a worker whose last commit
+-- a failover to an asynchronous standby lost landed a step ahead of the run: answered, the
+-- run ran that step again and parked on the same interrupt, already resolved (kept by the
+-- ON CONFLICT below), and waited for an answer nobody could give.
 WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
 u AS (
     UPDATE runs
@@ -157,6 +161,7 @@ u AS (
         lease_owner = NULL, lease_expires_at = NULL, attempt = 0, failures = 0,
         updated_at = extract(epoch FROM clock_timestamp())::float8
     WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status || '' = 'running'
+      AND step = %(step)s - 1
     RETURNING thread_id
 ),
 k AS (

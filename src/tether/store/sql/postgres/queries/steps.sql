@@ -2,11 +2,16 @@
 -- or many in a group commit), failed attempts and the checkpoint log.
 
 -- name: insert_journal
--- Journals a call result only while the caller's epoch is current. FOR SHARE holds off a
--- concurrent claim (an epoch bump) until this commits; one row back = journaled.
+-- Journals a call result only while the caller's epoch is current and the run is at the
+-- step before the call's (as a step commit is fenced: after a failover to an asynchronous
+-- standby that lost the worker's last commit, the run is a step behind its worker, and a
+-- call of the worker's step journaled there would collide with the call of the step run
+-- again). FOR SHARE holds off a concurrent claim (an epoch bump) until this commits; one
+-- row back = journaled.
 WITH r AS (
     SELECT thread_id FROM runs
     WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND status || '' = 'running'
+      AND step = %(step)s - 1
     FOR SHARE
 )
 INSERT INTO journal (thread_id, step, idx, name, result, args)
@@ -107,7 +112,8 @@ SELECT thread_id, updated_at FROM u;
 
 -- name: insert_journals
 -- Many record_calls in one statement, inside a group commit after lock_batch (which holds
--- off any claim of these runs until the batch commits): each fenced on its own epoch.
+-- off any claim of these runs until the batch commits): each fenced on its own epoch and
+-- step, as insert_journal.
 -- Returns the (thread_id, step, idx) journaled. The rows come as one JSON array of
 -- insert_journal's parameters (result as its UTF-8 text).
 WITH x AS (
@@ -121,7 +127,8 @@ INSERT INTO journal (thread_id, step, idx, name, result, args)
 SELECT x.thread_id, x.step, x.idx, x.name, x.result, x.args
 FROM x, LATERAL (SELECT 1 FROM runs r  -- one primary-key lookup per row (OFFSET 0 keeps it so)
                  WHERE r.thread_id = x.thread_id AND r.epoch = x.epoch
-                   AND r.status || '' = 'running' OFFSET 0) AS fenced
+                   AND r.status || '' = 'running' AND r.step = x.step - 1
+                 OFFSET 0) AS fenced
 RETURNING thread_id, step, idx;
 
 -- name: commit_step_notify
