@@ -294,7 +294,7 @@ class Worker:
         if leases:
             try:
                 await self.store.release_runs(leases)
-                self.given_back = len(leases)
+                self.given_back += len(leases)
             except StoreError as exc:
                 self.still_leased = len(leases)
                 log.warning("could not release %d leases (they expire in %.1fs): %s",
@@ -435,6 +435,8 @@ class Worker:
                                        attempt, started)
                     return
                 self.steps_committed += 1
+                if status == "queued":  # finished within the shutdown's grace: given back
+                    self.given_back += 1
                 if obs is not None:
                     obs.step(step, node_name, attempt, started, ended, status, len(inbox),
                              len(ctx.messages))
