@@ -20,21 +20,19 @@ primary would have it.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import time
 import uuid
 from collections import Counter
 from typing import Any
 
-import orjson
 import psycopg
 import pytest
 
 from apps import inprocess
+from apps.store_rows import leased, step_commit
 from tether import Agent, Command, Context, RunStatus, finish, goto
 from tether.errors import LeaseLost
-from tether.store.base import Lease, NewRun, Park, StepCommit
+from tether.store.base import Park
 from tether.store.postgres import PostgresStore
 
 pytestmark = pytest.mark.postgres
@@ -143,29 +141,15 @@ async def test_a_call_after_a_lost_commit_is_not_journaled(
     assert CALLS[thread_id, AT - 1] == 2 and CALLS[thread_id, AT] == 2
 
 
-def _new_run() -> NewRun:
-    data = orjson.dumps({})
-    return NewRun(thread_id=f"r-{uuid.uuid4().hex[:10]}", agent="a", version="v1",
-                  node="start", input=data, input_hash=hashlib.sha256(data).hexdigest())
-
-
-def _commit(lease: Lease, step: int) -> StepCommit:
-    now = time.time()
-    return StepCommit(lease=lease, step=step, node="start", next_node="start", kind="d",
-                      data=b"{}", attempt=1, started_at=now, finished_at=now, status="running")
-
-
 async def test_the_store_fences_calls_and_parks_by_the_step(pg_url: str) -> None:
     """The store's rule: a journaled call or a park of step s is taken only while the run is
     at step s - 1 on the lease's epoch, as a step commit of step s is."""
     store = PostgresStore(pg_url)
     await store.open()
     try:
-        run, _ = await store.create_run(_new_run())
-        (claimed,) = await store.claim_runs("w", "v1", ["a"], 10, 60.0)
-        lease = Lease(run.thread_id, "w", claimed.epoch)
-        await store.commit_step(_commit(lease, 1))
-        await store.commit_step(_commit(lease, 2))
+        lease = await leased(store)
+        await store.commit_step(step_commit(lease, 1))
+        await store.commit_step(step_commit(lease, 2))
         for step in (1, 2, 4):  # behind the run, or a step ahead of it
             with pytest.raises(LeaseLost):
                 await store.record_call(lease, step, 0, "f", b'"x"')
@@ -174,13 +158,13 @@ async def test_the_store_fences_calls_and_parks_by_the_step(pg_url: str) -> None
                                                  payload=b"{}"))
             with pytest.raises(LeaseLost):
                 await store.park_run(lease, Park("sleep", step, 0, seconds=60.0))
-        assert await store.list_interrupts(thread_id=run.thread_id, status=None) == []
+        assert await store.list_interrupts(thread_id=lease.thread_id, status=None) == []
         for step in (1, 2, 4):
-            assert await store.load_journal(run.thread_id, step) == []
+            assert await store.load_journal(lease.thread_id, step) == []
         await store.record_call(lease, 3, 0, "f", b'"x"')  # the step after the run's last
         await store.park_run(lease, Park("interrupt", 3, 1, interrupt_id="i3", payload=b"{}"))
-        after = await store.get_run(run.thread_id)
+        after = await store.get_run(lease.thread_id)
         assert after is not None and (after.status, after.step) == ("waiting", 2)
-        assert [i.step for i in await store.list_interrupts(thread_id=run.thread_id)] == [3]
+        assert [i.step for i in await store.list_interrupts(thread_id=lease.thread_id)] == [3]
     finally:
         await store.close()

@@ -9,20 +9,17 @@ server is left alone)."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
-import orjson
 import pytest
 
 from apps import eventually
 from apps.pgproxy import PgProxy
+from apps.store_rows import leased, step_commit
 from tether.observe.metrics import Metrics
-from tether.store.base import Lease, NewRun, StepCommit
 from tether.store.postgres import PostgresStore
 
 pytestmark = pytest.mark.postgres
@@ -40,31 +37,13 @@ async def proxied(pg_url: str) -> AsyncIterator[tuple[PgProxy, PostgresStore]]:
             await store.close()
 
 
-def _new_run() -> NewRun:
-    data = orjson.dumps({})
-    return NewRun(thread_id=f"r-{uuid.uuid4().hex[:10]}", agent="a", version="v1",
-                  node="start", input=data, input_hash=hashlib.sha256(data).hexdigest())
-
-
-def _commit(lease: Lease, step: int) -> StepCommit:
-    now = time.time()
-    return StepCommit(lease=lease, step=step, node="start", next_node="start", kind="d",
-                      data=b"{}", attempt=1, started_at=now, finished_at=now, status="running")
-
-
-async def _leased(store: PostgresStore) -> Lease:
-    run, _ = await store.create_run(_new_run())
-    (claimed,) = await store.claim_runs("w", "v1", ["a"], 10, 60.0)
-    return Lease(run.thread_id, "w", claimed.epoch)
-
-
 async def test_a_commit_whose_reply_was_lost_is_read_back(
         proxied: tuple[PgProxy, PostgresStore]) -> None:
     proxy, store = proxied
-    lease = await _leased(store)
-    await store.commit_step(_commit(lease, 1))  # the writer's connection is up
+    lease = await leased(store)
+    await store.commit_step(step_commit(lease, 1))  # the writer's connection is up
     proxy.cut_at_next_reply()
-    await store.commit_step(_commit(lease, 2))  # committed; its reply was lost: read back
+    await store.commit_step(step_commit(lease, 2))  # committed; its reply was lost: read back
     assert proxy.cut_replies == 1
     proxy.cut_at_next_reply()
     await store.record_call(lease, 3, 0, "llm", b'"answer"')  # the same for a journaled call
@@ -79,10 +58,10 @@ async def test_a_commit_whose_reply_was_lost_is_read_back(
 async def test_a_commit_sent_on_a_dead_connection_is_sent_again(
         proxied: tuple[PgProxy, PostgresStore]) -> None:
     proxy, store = proxied
-    lease = await _leased(store)
-    await store.commit_step(_commit(lease, 1))
+    lease = await leased(store)
+    await store.commit_step(step_commit(lease, 1))
     proxy.cut()  # every connection of the store is dead, and it does not know yet
-    await store.commit_step(_commit(lease, 2))  # it did not land: read back, sent again
+    await store.commit_step(step_commit(lease, 2))  # it did not land: read back, sent again
     await store.record_call(lease, 3, 0, "llm", b"1")
     assert [cp.step for cp in await store.checkpoints(lease.thread_id)] == [1, 2]
     assert [j.idx for j in await store.load_journal(lease.thread_id, 3)] == [0]
@@ -92,11 +71,11 @@ async def test_every_part_reconnects_at_once_and_says_so(
         proxied: tuple[PgProxy, PostgresStore], caplog: pytest.LogCaptureFixture) -> None:
     proxy, store = proxied
     caplog.set_level(logging.INFO, "tether.store.postgres")
-    lease = await _leased(store)
-    await store.commit_step(_commit(lease, 1))
+    lease = await leased(store)
+    await store.commit_step(step_commit(lease, 1))
     proxy.cut()
     t0 = time.monotonic()
-    await store.commit_step(_commit(lease, 2))
+    await store.commit_step(step_commit(lease, 2))
     assert await store.get_run(lease.thread_id) is not None
     elapsed = time.monotonic() - t0
     assert elapsed < 1.0, elapsed  # (psycopg_pool alone waits 1 s, then 2, then 4...)
@@ -123,11 +102,11 @@ async def test_the_store_is_back_soon_after_the_server(
     """Down for 1.2 s: the pool's attempts (0.1 s, then doubling, at most 1 s apart) find
     the server again within a fraction of a second (psycopg_pool's own: at 1 s, 3 s, 7 s)."""
     proxy, store = proxied
-    lease = await _leased(store)
-    await store.commit_step(_commit(lease, 1))
+    lease = await leased(store)
+    await store.commit_step(step_commit(lease, 1))
     proxy.down = True
     proxy.cut()
-    commit = asyncio.create_task(store.commit_step(_commit(lease, 2)))
+    commit = asyncio.create_task(store.commit_step(step_commit(lease, 2)))
     await asyncio.sleep(1.2)
     proxy.down = False
     up = time.monotonic()

@@ -7,18 +7,15 @@ updated_at without setting its status: this test is what says so."""
 
 from __future__ import annotations
 
-import sqlite3
-from contextlib import closing
 from typing import Any
 
-import psycopg
 import pytest
 
 from apps import eventually, inprocess
-from tether import Agent, Command, Context, RetryPolicy, finish, goto
+from apps.modes import modes_agent, rows_off
+from tether import Agent
 from tether.errors import InvalidState
 
-State = dict[str, Any]
 WAIT = 20.0
 CHECK = ("SELECT thread_id, status, updated_at, finished_at FROM runs WHERE finished_at IS "
          "DISTINCT FROM (CASE WHEN status IN ('completed', 'failed', 'cancelled') THEN "
@@ -26,32 +23,11 @@ CHECK = ("SELECT thread_id, status, updated_at, finished_at FROM runs WHERE fini
 
 
 def kinds() -> Agent:
-    agent = Agent("kinds", retry=RetryPolicy(attempts=1, initial=0.01))
-
-    @agent.node(start=True)
-    async def first(state: State, ctx: Context) -> Command:
-        mode = state["mode"]
-        if mode == "fail":
-            raise RuntimeError("no")
-        if mode == "ask":
-            return finish({"answer": ctx.interrupt({"q": "?"})})
-        if mode == "sleep":
-            ctx.sleep(0.05)
-        return goto("second", {"n": 1})
-
-    @agent.node
-    async def second(state: State, ctx: Context) -> Command:
-        return finish({"n": 2})
-
-    return agent
+    return modes_agent("kinds", 0.05)
 
 
 def wrong(url: str) -> list[tuple[Any, ...]]:
-    if url.startswith("sqlite"):
-        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as db:
-            return db.execute(CHECK.replace("IS DISTINCT FROM", "IS NOT")).fetchall()
-    with psycopg.connect(url, autocommit=True) as pg:
-        return pg.execute(CHECK.encode()).fetchall()
+    return rows_off(url, CHECK)
 
 
 async def test_finished_at_is_updated_at_exactly_while_a_run_is_terminal(db_url: str) -> None:

@@ -9,16 +9,12 @@ says so."""
 
 from __future__ import annotations
 
-import sqlite3
-from contextlib import closing
 from typing import Any
 
-import psycopg
-
 from apps import eventually, inprocess
-from tether import Agent, Command, Context, RetryPolicy, finish, goto
+from apps.modes import modes_agent, rows_off
+from tether import Agent
 
-State = dict[str, Any]
 WAIT = 20.0
 CHECK = ("SELECT thread_id, status, updated_at, idle_at FROM runs WHERE idle_at IS "
          "DISTINCT FROM (CASE WHEN status IN ('queued', 'waiting', 'sleeping') THEN "
@@ -26,32 +22,11 @@ CHECK = ("SELECT thread_id, status, updated_at, idle_at FROM runs WHERE idle_at 
 
 
 def resting() -> Agent:
-    agent = Agent("resting", retry=RetryPolicy(attempts=1, initial=0.01))
-
-    @agent.node(start=True)
-    async def first(state: State, ctx: Context) -> Command:
-        mode = state["mode"]
-        if mode == "fail":
-            raise RuntimeError("no")
-        if mode == "ask":
-            return finish({"answer": ctx.interrupt({"q": "?"})})
-        if mode == "sleep":
-            ctx.sleep(3600)  # sleeping until cancelled
-        return goto("second", {"n": 1})
-
-    @agent.node
-    async def second(state: State, ctx: Context) -> Command:
-        return finish({"n": 2})
-
-    return agent
+    return modes_agent("resting", 3600)
 
 
 def wrong(url: str) -> list[tuple[Any, ...]]:
-    if url.startswith("sqlite"):
-        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as db:
-            return db.execute(CHECK.replace("IS DISTINCT FROM", "IS NOT")).fetchall()
-    with psycopg.connect(url, autocommit=True) as pg:
-        return pg.execute(CHECK.encode()).fetchall()
+    return rows_off(url, CHECK)
 
 
 async def _status(rt: Any, thread_id: str, status: str) -> bool:
