@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 TETHER = str(Path(sys.executable).parent / "tether")
@@ -94,6 +95,15 @@ def test_serve_says_when_it_stops(tmp_path: Path) -> None:
             assert proc.stdout is not None
             banner = proc.stdout.readline()  # printed once the database answered
             assert banner.startswith(f"tether serve: http://127.0.0.1:{port} "), banner
+            # SIGTERM once the server listens (its signal handlers are installed by then).
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "the server never listened"
+                    time.sleep(0.05)
             proc.send_signal(signal.SIGTERM)
             out, err = proc.communicate(timeout=30)
         finally:
