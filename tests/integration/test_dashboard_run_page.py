@@ -228,7 +228,17 @@ async def test_each_journaled_call_shows_what_it_was_given(db_url: str) -> None:
         app = create_app(rt)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                      base_url="http://127.0.0.1") as c:
-            page = (await c.get(f"/ui/runs/{run.thread_id}/steps/1")).text
-        assert "<th>arguments</th>" in page
-        assert "&#34;api_key&#34;: &#34;***&#34;" in page and "sk-live-123" not in page
-        assert "&lt;Opaque thing&gt;" in page  # escaped, never markup
+            step_page = (await c.get(f"/ui/runs/{run.thread_id}/steps/1")).text
+            run_page = (await c.get(f"/ui/runs/{run.thread_id}")).text
+        for page in (step_page, run_page):
+            assert "<th>arguments</th>" in page
+            assert "&#34;api_key&#34;: &#34;***&#34;" in page and "sk-live-123" not in page
+            assert "&lt;Opaque thing&gt;" in page  # escaped, never markup
+        # The run page lists the calls of the steps it shows, each row its step (a link to
+        # the step's page), its arguments and its result side by side.
+        section = run_page[run_page.index('class="run-calls"'):]
+        rows = re.findall(r"<tr>(.*?)</tr>", section[:section.index("</section>")], re.S)
+        first = rows[1]  # rows[0] is the header
+        assert f'href="/ui/runs/{run.thread_id}/steps/1">1<' in first
+        assert first.index("&#34;limit&#34;: 2") < first.index("tether-0")
+        assert len(rows) == 4

@@ -19,11 +19,15 @@ from urllib.parse import parse_qs
 
 import orjson
 
+from .. import serde
+from ..calls import args_of
 from ..deploy import COUNT_CAP as DEPLOY_CAP
 from ..errors import RunNotFound, TetherError
 from ..history import record_of
 from ..runtime import Run, RunStatus, Runtime
 from ..store.base import CheckpointRecord, StatusCounts
+from ..store.charts import CALL_ROWS, reader, run_calls
+from ..types import Call
 from .dashboard_input import (
     MAX_ID,
     ORDERS,
@@ -205,13 +209,34 @@ class Views:
         else:
             run = dataclasses.replace(await self.runtime.get(thread_id), inbox_depth=len(inbox))
         roots, shown, cut = await self.tree(children)
+        calls, calls_cut = await self.calls(thread_id, tl["rows"])
         return {"run": run, "usage": await self.runtime.usage(thread_id),
+                "calls": calls, "calls_cut": calls_cut, "calls_cap": CALL_ROWS,
                 "interrupts": interrupts, "effects": effects, "inbox": inbox,
                 "sent": sent[:SENT_CAP], "sent_more": len(sent) > SENT_CAP,
                 "sent_cap": SENT_CAP,
                 "timeline": tl, "fp": fp,
                 "tree": roots, "tree_size": shown, "tree_cut": cut, "tree_cap": TREE_CAP,
                 "pending": [i for i in interrupts if i.status == "pending"]}
+
+    async def calls(self, thread_id: str, shown: list[dict[str, Any]]) -> tuple[list[Call], bool]:
+        """The calls journaled in the steps a run page shows (`shown`: its timeline rows), at
+        most CALL_ROWS, each with its arguments and its result (a result this server cannot
+        decode, a typed one whose class it cannot load, is its error's text); and whether
+        there were more."""
+        if not shown:
+            return [], False
+        rt = await self.runtime.open()
+        rows = await run_calls(reader(rt.store), thread_id, shown[0]["cp"].step,
+                               shown[-1]["cp"].step, CALL_ROWS + 1)
+        calls = []
+        for step, idx, name, raw, args in rows[:CALL_ROWS]:
+            try:
+                result = serde.loads(raw)
+            except TetherError as exc:
+                result = f"(cannot be read here: {exc})"
+            calls.append(Call(thread_id, step, idx, name, result, args_of(args)))
+        return calls, len(rows) > CALL_ROWS
 
     async def inbox(self) -> dict[str, Any]:
         pending = await self.runtime.interrupts(limit=500)

@@ -274,3 +274,17 @@ async def path(query: Query, thread_id: str, limit: int = PATH_STEPS
     """One run's steps in order: (step, node, next node)."""
     rows = await query("agent_path", {"thread_id": thread_id, "limit": limit})
     return [(int(s), str(a), None if b is None else str(b)) for s, a, b in rows]
+
+
+CALL_ROWS = 200
+"""Journaled calls a run's page lists (the steps it shows; each step's page has all of its own)."""
+
+
+async def run_calls(query: Query, thread_id: str, first: int, last: int, limit: int = CALL_ROWS
+                    ) -> list[tuple[int, int, str, bytes, str | None]]:
+    """The calls the run journaled in steps first..last, in order, at most `limit`:
+    (step, index, name, result bytes, arguments preview)."""
+    rows = await query("run_calls", {"thread_id": thread_id, "first": first, "last": last,
+                                     "limit": limit})
+    return [(int(s), int(i), str(n), bytes(r), None if a is None else str(a))
+            for s, i, n, r, a in rows]

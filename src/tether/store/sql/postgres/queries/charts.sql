@@ -55,6 +55,14 @@ GROUP BY node, next_node;
 SELECT step, node, next_node FROM checkpoints WHERE thread_id = %(thread_id)s
 ORDER BY step LIMIT %(limit)s;
 
+-- name: run_calls
+-- The calls one run journaled in steps %(first)s to %(last)s, in step and call order
+-- (at most %(limit)s): what its page shows beside the steps it lists (a range of the
+-- journal's primary key).
+SELECT step, idx, name, result, args FROM journal
+WHERE thread_id = %(thread_id)s AND step >= %(first)s AND step <= %(last)s
+ORDER BY step, idx LIMIT %(limit)s;
+
 -- name: charts_tip
 -- The last run and the last step finished: what the live probe of /ui/metrics compares (two
 -- index seeks).

@@ -55,6 +55,14 @@ GROUP BY node, next_node;
 SELECT step, node, next_node FROM checkpoints WHERE thread_id = :thread_id
 ORDER BY step LIMIT :limit;
 
+-- name: run_calls
+-- The calls one run journaled in steps :first to :last, in step and call order
+-- (at most :limit): what its page shows beside the steps it lists (a range of the
+-- journal's primary key).
+SELECT step, idx, name, result, args FROM journal
+WHERE thread_id = :thread_id AND step >= :first AND step <= :last
+ORDER BY step, idx LIMIT :limit;
+
 -- name: charts_tip
 -- The last run and the last step finished: what the live probe of /ui/metrics compares (two
 -- index seeks).
