@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 TETHER = str(Path(sys.executable).parent / "tether")
 
 
@@ -81,7 +83,11 @@ def test_serve_on_a_port_in_use_is_an_error_before_any_banner(tmp_path: Path) ->
     assert list(tmp_path.iterdir()) == []
 
 
-def test_serve_says_when_it_stops(tmp_path: Path) -> None:
+@pytest.mark.parametrize("when", ["listening", "banner"])
+def test_serve_says_when_it_stops(tmp_path: Path, when: str) -> None:
+    """SIGTERM once the server listens, or at once after the banner. A signal landing between
+    the banner and uvicorn's own handlers was swallowed and the server ran on; the window is
+    narrow (the old code passed 3 of 3 here), so the second case guards it only sometimes."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -95,9 +101,8 @@ def test_serve_says_when_it_stops(tmp_path: Path) -> None:
             assert proc.stdout is not None
             banner = proc.stdout.readline()  # printed once the database answered
             assert banner.startswith(f"tether serve: http://127.0.0.1:{port} "), banner
-            # SIGTERM once the server listens (its signal handlers are installed by then).
             deadline = time.monotonic() + 30
-            while True:
+            while when == "listening":
                 try:
                     socket.create_connection(("127.0.0.1", port), timeout=1).close()
                     break

@@ -178,9 +178,12 @@ def serve(host: str, port: int, token: str | None, token_file: Path | None,
                 super().handle_exit(sig, frame)
 
         server = Server(config)
-        # uvicorn re-raises the signal that stopped it once it has shut down; these handlers
-        # make that a clean exit (status 0) instead of death by SIGTERM or a KeyboardInterrupt.
-        previous = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGTERM, signal.SIGINT)}
+        # The server's own exit handler from here on, not only once uvicorn installs it: a
+        # signal that comes after the banner but before uvicorn is listening stops it as soon
+        # as it has started (it was lost). uvicorn raises the signal again once it has shut
+        # down, with these handlers back: that is a clean exit (status 0), not death by SIGTERM
+        # or a KeyboardInterrupt.
+        previous = {s: signal.signal(s, server.handle_exit) for s in (signal.SIGTERM, signal.SIGINT)}
         print(f"tether serve: http://{host}:{port} db={redact(rt.db_url)} "
               f"version={rt.version} worker={'on' if worker else 'off'} "
               f"auth={'token' if bearer else 'none'}{' read-only' if read_only else ''} "
