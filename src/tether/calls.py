@@ -142,15 +142,14 @@ def args_preview(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
     positional ones as a list, the keywords by name, values JSON cannot carry as their repr,
     a keyword that names a secret (api_key, token, password...) masked; cut at
     ARGS_PREVIEW_MAX characters. Never used to replay: a replay returns the result."""
-    if not args and not kwargs:
-        return None
-    named = {k: ("***" if any(w in k.lower() for w in _SECRET_WORDS) else v)
-             for k, v in kwargs.items()}
     shown: dict[str, Any] = {}
     if args:
-        shown["args"] = list(args)
-    if named:
-        shown["kwargs"] = named
+        shown["args"] = args  # a tuple is a JSON array to orjson
+    if kwargs:
+        shown["kwargs"] = {k: ("***" if any(w in k.lower() for w in _SECRET_WORDS) else v)
+                           for k, v in kwargs.items()}
+    elif not args:
+        return None
     try:
         text = orjson.dumps(shown, default=_shown, option=orjson.OPT_NON_STR_KEYS).decode()
     except (TypeError, orjson.JSONEncodeError):  # e.g. an int too large, a recursive value
