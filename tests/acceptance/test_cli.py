@@ -361,6 +361,8 @@ def test_unknown_run_and_agent(db_url: str, app_dir: Path) -> None:
     env = cli_env(db_url)
     assert "no-such-run" in user_error(tether("runs", "show", "no-such-run", cwd=app_dir, env=env))
     assert "no-such-run" in user_error(tether("checkpoints", "no-such-run", cwd=app_dir, env=env))
+    assert "no run with thread_id 'no-such-run'" in user_error(
+        tether("effects", "list", "--thread", "no-such-run", cwd=app_dir, env=env))
     message = user_error(tether("runs", "start", "ghost", "--app", "app:runtime",
                                 cwd=app_dir, env=env))
     assert "ghost" in message and "greeter" in message

@@ -47,7 +47,10 @@ def list_(thread: str | None, status: str | None, limit: int, db: str | None, ap
             optional=("error", "result"))
 
     async def act(rt: Runtime) -> Any:
-        return await rt.effects(thread, status=status, limit=limit)
+        found = await rt.effects(thread, status=status, limit=limit)
+        if thread is not None and not found:
+            await rt.peek(thread)  # no such run: say so, not an empty table
+        return found
 
     return on_runtime(db, app, verbose, act, as_json=as_json,
                       to_json=lambda found: [e.to_dict() for e in found], show=show)
