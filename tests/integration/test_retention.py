@@ -220,6 +220,14 @@ async def test_compaction_keeps_state_last_steps_and_interrupts(db_url: str) -> 
         steps = [c.step for c in await rt.checkpoints(run.thread_id)]
         assert steps == [499, *range(991, 1001)]
         assert [c.state for c in await rt.checkpoints(run.thread_id)][-1] == state_before
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(rt)),
+                                     base_url="http://127.0.0.1") as c:
+            gone = await c.get(f"/ui/runs/{run.thread_id}/steps/600")  # compacted
+            kept = await c.get(f"/ui/runs/{run.thread_id}/steps/499")
+            never = await c.get(f"/ui/runs/{run.thread_id}/steps/1001")
+        assert gone.status_code == 410 and "compacted its log to 11 of its 1000 steps" in gone.text
+        assert kept.status_code == 200
+        assert never.status_code == 404 and "has no committed step 1001" in never.text
         forked = await rt.fork(run.thread_id, 499)  # re-asks the interrupt at step 500
         async with working(rt, close=False):
             await eventually(lambda: _status(rt, forked.thread_id, "waiting"), "the fork's ask")

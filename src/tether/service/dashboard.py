@@ -261,6 +261,10 @@ def dashboard_router(
         base, rows = await views.checkpoint_rows(tid)
         i = next((i for i, row in enumerate(rows) if row.step == int(raw)), None)
         if i is None:
+            if 0 < int(raw) <= run.step:  # committed, then removed by `prune --keep-steps`
+                raise Refused(410, f"Step {raw} of run {tid!r} is no longer kept: retention "
+                                   f"compacted its log to {len(rows)} of its {run.step} steps "
+                                   "(the run's page lists those kept).")
             raise Refused(404, f"Run {tid!r} has no committed step {raw}.")
         states = states_at(base, rows, range(max(0, i - 1), i + 1))
         cp = checkpoint_of(rows[i], states[i])
