@@ -51,6 +51,7 @@ class PgCost:
 
     def __init__(self, url: str, interval: float = 0.1) -> None:
         self.url = libpq_url(direct_url(url))
+        self.exclude: set[int] = set()  # the bench's own watchers' backends
         self.interval = interval
         self._conn: Any = None
         self._first: dict[int, float] = {}
@@ -60,6 +61,8 @@ class PgCost:
         self._stats0: tuple[int, int] = (0, 0)
         self.oid = 0
         self.walinspect = False
+        self._wal: tuple[int, int, int] | None = (0, 0, 0)  # own bytes, commit bytes, commits
+        self._wal_lsn = ""
 
     async def __aenter__(self) -> PgCost:
         import psycopg
@@ -92,6 +95,8 @@ class PgCost:
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
             "AND pid <> pg_backend_pid()")).fetchall()
         for (pid,) in rows:
+            if int(pid) in self.exclude:
+                continue
             cpu = proc_cpu_s(int(pid))
             if cpu is None:
                 continue
@@ -99,15 +104,42 @@ class PgCost:
             self._last[int(pid)] = cpu
 
     async def _loop(self) -> None:
+        n = 0
         while True:
             await asyncio.sleep(self.interval)
             await self._sample()
+            n += 1
+            if n % 5 == 0:
+                await self._read_wal()
+
+    async def _read_wal(self) -> None:
+        """Add up the WAL since the last read (read as it goes: on a busy server the
+        segments are recycled soon after a checkpoint)."""
+        import psycopg
+
+        lsn = str((await self._one("SELECT pg_current_wal_flush_lsn()"))[0])
+        if not self.walinspect or self._wal is None or lsn == self._wal_lsn:
+            return
+        try:
+            own, commit_bytes, commits = await self._one(
+                "SELECT coalesce(sum(record_length) FILTER (WHERE block_ref LIKE "
+                f"'%/{self.oid}/%'), 0), coalesce(sum(record_length) FILTER (WHERE "
+                "resource_manager = 'Transaction' AND record_type LIKE 'COMMIT%'), 0), "
+                "count(*) FILTER (WHERE resource_manager = 'Transaction' AND record_type "
+                f"LIKE 'COMMIT%') FROM pg_get_wal_records_info('{self._wal_lsn}', '{lsn}')")
+        except psycopg.Error:
+            self._wal = None  # a segment was recycled before it was read: no figure
+            return
+        self._wal = (self._wal[0] + int(own), self._wal[1] + int(commit_bytes),
+                     self._wal[2] + int(commits))
+        self._wal_lsn = lsn
 
     async def start(self) -> None:
         """Begin the interval: backends alive now count from their CPU time now, later ones
         from zero (their connection set-up is part of the workload)."""
         self._stats0 = await self._stats()
-        self._lsn0 = str((await self._one("SELECT pg_current_wal_lsn()"))[0])
+        self._lsn0 = self._wal_lsn = str((await self._one("SELECT pg_current_wal_flush_lsn()"))[0])
+        self._wal = (0, 0, 0)
         await self._sample()
         self._task = asyncio.create_task(self._loop())
 
@@ -119,6 +151,7 @@ class PgCost:
             await self._task
         self._task = None
         await self._sample()
+        await self._read_wal()
         self._lsn1 = str((await self._one("SELECT pg_current_wal_lsn()"))[0])
 
     async def _stats(self) -> tuple[int, int]:
@@ -136,15 +169,28 @@ class PgCost:
         cluster = int((await self._one(
             f"SELECT pg_wal_lsn_diff('{self._lsn1}', '{self._lsn0}')"))[0])
         wal: int | None = None
-        if self.walinspect:
-            own, commit_bytes, commit_records = await self._one(
-                "SELECT coalesce(sum(record_length) FILTER (WHERE block_ref LIKE "
-                f"'%/{self.oid}/%'), 0), coalesce(sum(record_length) FILTER (WHERE "
-                "resource_manager = 'Transaction' AND record_type LIKE 'COMMIT%'), 0), "
-                "count(*) FILTER (WHERE resource_manager = 'Transaction' AND record_type "
-                f"LIKE 'COMMIT%') FROM pg_get_wal_records_info('{self._lsn0}', "
-                f"'{self._lsn1}')")
-            mean_commit = int(commit_bytes) / int(commit_records) if commit_records else 0.0
-            wal = int(own) + round(mean_commit * commits)
+        if self.walinspect and self._wal is not None:
+            own, commit_bytes, commit_records = self._wal
+            mean_commit = commit_bytes / commit_records if commit_records else 0.0
+            wal = own + round(mean_commit * commits)
         return DbCost(round(cpu, 3), len(self._last), commits, rows1 - self._stats0[1], wal,
                       cluster)
+
+
+class NoCost(PgCost):
+    """PgCost's interface for a store without a server (SQLite): nothing to measure, zeros."""
+
+    async def __aenter__(self) -> NoCost:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    async def finish(self, wait_s: float = 1.5) -> DbCost:
+        return DbCost(0.0, 0, 0, 0, None, 0)

@@ -31,7 +31,7 @@ import tether
 
 from .checkpoint import w2_agent, w2_delays
 from .common import Result, StatusCounts, WorkerProcesses, bench_db, query, suffix
-from .pgcost import DbCost, PgCost, proc_cpu_s
+from .pgcost import DbCost, NoCost, PgCost, proc_cpu_s
 
 VERSIONS = ("bench", "bench2")
 S_RUNS, S_STEPS, S_CONCURRENCY = 2000, 10, 100
@@ -88,7 +88,7 @@ async def _rp_once(backend: str, runs: int, versions: tuple[str, ...], tmp: Path
     async with bench_db(backend) as url:
         rt = tether.Runtime(url, agents=[w2_agent], version=versions[0])
         await rt.migrate()
-        async with rt, PgCost(url) as cost:
+        async with rt, (PgCost(url) if backend == "postgres" else NoCost(url)) as cost:
             with WorkerProcesses(url, "", tmp) as procs:
                 for v in versions:
                     procs.app = APPS[v]
@@ -97,6 +97,7 @@ async def _rp_once(backend: str, runs: int, versions: tuple[str, ...], tmp: Path
                 if len(versions) > 1:
                     await rt.route({v: 1 for v in versions})
                 async with StatusCounts(url) as counts:
+                    cost.exclude.add(counts.backend_pid() or 0)
                     base = {p.pid: proc_cpu_s(p.pid) or 0.0 for p in procs.procs}
                     await cost.start()
                     t0 = time.perf_counter()
@@ -105,7 +106,7 @@ async def _rp_once(backend: str, runs: int, versions: tuple[str, ...], tmp: Path
                                  thread_id=f"w2-{i:05d}") for i in range(runs)))
                     t_started = time.perf_counter()
                     t1 = await counts.until("completed", runs, t0 + DEADLINE, "RP",
-                                            interval=0.01, check=procs.check)
+                                            interval=0.05, check=procs.check)
                     cpu = sum((proc_cpu_s(p.pid) or 0.0) - base[p.pid] for p in procs.procs)
                     await cost.stop()
                 procs.stop()
@@ -178,6 +179,7 @@ async def scale_once(procs_n: int, runs: int = S_RUNS, steps: int = S_STEPS,
             async with PgCost(url) as cost:
                 with WorkerProcesses(url, "tether.bench.scale:s_app", tmp) as procs:
                     async with StatusCounts(url) as counts:
+                        cost.exclude.add(counts.backend_pid() or 0)
                         await cost.start()
                         t0 = time.perf_counter()
                         for _ in range(procs_n):
@@ -229,8 +231,11 @@ async def _registered_cpu(counts: StatusCounts, procs: WorkerProcesses, n: int
 
 
 def model(rows: list[dict[str, float]], cores: int) -> dict[str, float]:
-    """Where one primary saturates, from the measured per-step costs (medians over rows):
-    its CPU (`cores` of it) spent only on tether's backends, and the WAL that rate writes."""
+    """Where one primary saturates, from the measured per-step costs: the medians of the rows
+    with the most worker processes (the smallest group commits, so the dearest steps), its
+    CPU (`cores` of it) spent only on tether's backends, and the WAL that rate writes."""
+    most = max(r["procs"] for r in rows)
+    rows = [r for r in rows if r["procs"] == most]
     db_us = median(r["db_cpu_us_per_step"] for r in rows)
     wal = median(r["wal_bytes_per_step"] for r in rows)
     rows_per_step = median(r["rows_per_step"] for r in rows)
