@@ -5,7 +5,12 @@ simulated LLM call each) started from this process, which runs no worker, so eve
 queued and claimed by a `tether worker` process: one process of one version, then two
 processes of two versions routed 50/50 (each claims only its own version's runs).
 `two_over_one`: wall time (first start to the last run completed) of the second over the
-first, the median of `rounds` pairs in alternating order on fresh databases.
+first, the median of `rounds` pairs in alternating order on fresh databases. The worker
+processes are pinned to one core, so both layouts get the same CPU however many processes they
+run; `cpu_two_over_one` is the ratio of the CPU time spent (workers' and the database server's
+backends'). RPE (`embedded`), the layout of bench R itself with the second version's worker
+moved out: this process runs the first version's worker (its runs are handed over) and starts
+every run, pinned to the same core, the second version's worker in a process of its own.
 
 S, scaling out: `runs` runs of `steps` steps (no sleep: a step is its commit) queued, then
 P `tether worker` processes drain them, for each P of `procs` in turn, `rounds` times
@@ -30,7 +35,7 @@ from typing import Any
 import tether
 
 from .checkpoint import w2_agent, w2_delays
-from .common import Result, StatusCounts, WorkerProcesses, bench_db, query, suffix
+from .common import Result, StatusCounts, WorkerProcesses, bench_db, query, stop_worker, suffix
 from .pgcost import DbCost, NoCost, PgCost, proc_cpu_s
 
 VERSIONS = ("bench", "bench2")
@@ -81,39 +86,56 @@ def pin(pid: int) -> None:
         os.sched_setaffinity(pid, {(os.cpu_count() or 1) - 1})
 
 
-async def _rp_once(backend: str, runs: int, versions: tuple[str, ...], tmp: Path
-                   ) -> tuple[float, float]:
+async def _rp_once(backend: str, runs: int, versions: tuple[str, ...], tmp: Path,
+                   embedded: bool = False) -> tuple[float, float]:
     """(wall s from the first start to the last run completed, CPU s of the worker
-    processes and the database's backends over the same interval)."""
+    processes and the database's backends over the same interval). `embedded`: this process
+    runs the first version's worker (its runs are handed over, as in bench R) and is pinned
+    to the workers' core; else it only starts runs, and every version has a worker process."""
     async with bench_db(backend) as url:
         rt = tether.Runtime(url, agents=[w2_agent], version=versions[0])
         await rt.migrate()
+        stop = asyncio.Event()
         async with rt, (PgCost(url) if backend == "postgres" else NoCost(url)) as cost:
-            with WorkerProcesses(url, "", tmp) as procs:
-                for v in versions:
-                    procs.app = APPS[v]
-                    pin(procs.start(concurrency=runs).pid)
-                await until_registered(rt, len(versions), procs)
-                if len(versions) > 1:
-                    await rt.route({v: 1 for v in versions})
-                async with StatusCounts(url) as counts:
-                    cost.exclude.add(counts.backend_pid() or 0)
-                    base = {p.pid: proc_cpu_s(p.pid) or 0.0 for p in procs.procs}
-                    await cost.start()
-                    t0 = time.perf_counter()
-                    await asyncio.gather(*(
-                        rt.start(w2_agent, {"delays": w2_delays(i), "replies": []},
-                                 thread_id=f"w2-{i:05d}") for i in range(runs)))
-                    t_started = time.perf_counter()
-                    t1 = await counts.until("completed", runs, t0 + DEADLINE, "RP",
-                                            interval=0.05, check=procs.check)
-                    cpu = sum((proc_cpu_s(p.pid) or 0.0) - base[p.pid] for p in procs.procs)
-                    await cost.stop()
-                procs.stop()
+            here = asyncio.create_task(rt.work(concurrency=runs, stop=stop)) if embedded else None
+            cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+            try:
+                if embedded:
+                    pin(0)
+                with WorkerProcesses(url, "", tmp) as procs:
+                    for v in versions[1:] if embedded else versions:
+                        procs.app = APPS[v]
+                        pin(procs.start(concurrency=runs).pid)
+                    await until_registered(rt, len(versions), procs)
+                    if len(versions) > 1:
+                        await rt.route({v: 1 for v in versions})
+                    async with StatusCounts(url) as counts:
+                        cost.exclude.add(counts.backend_pid() or 0)
+                        base = {p.pid: proc_cpu_s(p.pid) or 0.0 for p in procs.procs}
+                        own0 = time.process_time()
+                        await cost.start()
+                        t0 = time.perf_counter()
+                        await asyncio.gather(*(
+                            rt.start(w2_agent, {"delays": w2_delays(i), "replies": []},
+                                     thread_id=f"w2-{i:05d}") for i in range(runs)))
+                        t_started = time.perf_counter()
+                        t1 = await counts.until("completed", runs, t0 + DEADLINE, "RP",
+                                                interval=0.05, check=procs.check)
+                        cpu = sum((proc_cpu_s(p.pid) or 0.0) - base[p.pid] for p in procs.procs)
+                        if embedded:
+                            cpu += time.process_time() - own0
+                        await cost.stop()
+                    procs.stop()
+            finally:
+                if here is not None:
+                    await stop_worker(stop, here)
+                if embedded and cpus:
+                    os.sched_setaffinity(0, cpus)
             db = await cost.finish(0.0)
             rows = await query(url, "SELECT version, count(*) FROM runs GROUP BY version")
             if os.environ.get("BENCH_RP_DEBUG"):
                 await _rp_debug(url, versions, t_started - t0, t1 - t0, cpu, db)
+
     split = {str(v): int(n) for v, n in rows}
     if len(versions) > 1 and min(split.get(v, 0) for v in versions) < runs // 4:
         raise RuntimeError(f"RP: runs by version {split}: the 50/50 routing did not hold")
@@ -134,7 +156,8 @@ async def _rp_debug(url: str, versions: tuple[str, ...], starts: float, wall: fl
               file=sys.stderr)
 
 
-async def rainbow_processes(backend: str, runs: int, rounds: int = 3) -> list[Result]:
+async def rainbow_processes(backend: str, runs: int, rounds: int = 3,
+                            embedded: bool = False) -> list[Result]:
     """`rounds` pairs of (one version in one worker process, two versions in a worker
     process each), alternating; medians, and the median of each pair's own ratio."""
     ideal = max(sum(w2_delays(i)) for i in range(runs))
@@ -143,7 +166,7 @@ async def rainbow_processes(backend: str, runs: int, rounds: int = 3) -> list[Re
     try:
         for i in range(rounds):
             order = (VERSIONS[:1], VERSIONS) if i % 2 == 0 else (VERSIONS, VERSIONS[:1])
-            got = {len(v): await _rp_once(backend, runs, v, tmp) for v in order}
+            got = {len(v): await _rp_once(backend, runs, v, tmp, embedded) for v in order}
             ones.append(got[1][0])
             twos.append(got[2][0])
             ratios.append(got[2][0] / got[1][0])
@@ -151,13 +174,14 @@ async def rainbow_processes(backend: str, runs: int, rounds: int = 3) -> list[Re
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     s = suffix(runs)
+    name = "RPE" if embedded else "RP"
     return [
-        Result(backend, "RP", f"one_process_over_ideal_{s}", round(median(ones) / ideal, 3), "x"),
-        Result(backend, "RP", f"two_processes_over_ideal_{s}", round(median(twos) / ideal, 3),
+        Result(backend, name, f"one_process_over_ideal_{s}", round(median(ones) / ideal, 3), "x"),
+        Result(backend, name, f"two_processes_over_ideal_{s}", round(median(twos) / ideal, 3),
                "x"),
-        Result(backend, "RP", f"two_over_one_{s}", round(median(ratios), 3), "x"),
-        Result(backend, "RP", f"two_over_one_max_{s}", round(max(ratios), 3), "x"),
-        Result(backend, "RP", f"cpu_two_over_one_{s}", round(median(cpu_ratios), 3), "x"),
+        Result(backend, name, f"two_over_one_{s}", round(median(ratios), 3), "x"),
+        Result(backend, name, f"two_over_one_max_{s}", round(max(ratios), 3), "x"),
+        Result(backend, name, f"cpu_two_over_one_{s}", round(median(cpu_ratios), 3), "x"),
     ]
 
 

@@ -36,7 +36,7 @@ USAGE = """usage: python -m tether.bench.workloads WORKLOAD BACKEND [ARGS...]
   L  sqlite|postgres [seconds]
   C  sqlite|postgres [runs] [cpu_runs] [burn_ms] [cpu_workers]
   R  sqlite|postgres [runs] [rounds]
-  RP sqlite|postgres [runs] [rounds]
+  RP sqlite|postgres [runs] [rounds] [served|embedded]
   S  postgres [processes,...] [rounds]"""
 
 Workload = Callable[[str, list[str]], Coroutine[Any, Any, list[Result]]]
@@ -105,7 +105,11 @@ def workload_call(workload: str, backend: str, args: list[str]) -> Coroutine[Any
     if workload == "RP":
         from .scale import rainbow_processes
 
-        return rainbow_processes(backend, int(arg(0, 1000)), int(arg(1, 3)))
+        layout = args[2] if len(args) > 2 else "served"
+        if layout not in ("served", "embedded"):
+            raise SystemExit(f"RP layout must be served or embedded, got {layout!r}\n{USAGE}")
+        return rainbow_processes(backend, int(arg(0, 1000)), int(arg(1, 3)),
+                                 layout == "embedded")
     if workload == "S":
         from .scale import s_workload
 
