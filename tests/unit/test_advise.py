@@ -132,7 +132,7 @@ def test_the_model_of_one_primary_is_its_cpu_per_step() -> None:
     S), and the plan says what the load costs the server (cores, rows/s, WAL)."""
     from tether import advise as adv
 
-    assert adv.BENCH_PG_STEPS_PER_S == pytest.approx(adv.PG_DB_CORES / adv.PG_DB_CPU_S_PER_STEP)
+    assert pytest.approx(adv.PG_DB_CORES / adv.PG_DB_CPU_S_PER_STEP) == adv.BENCH_PG_STEPS_PER_S
     a = advise(what_if(runs_per_s=100, steps_per_run=10, step_seconds=1), "postgres", None)
     # 10x peak: 1,000 runs/s x 10 steps = 10,000 steps/s, 45% of 22,222: one primary holds
     assert a.recommendation in ("postgres", "postgres-pooler"), a.summary

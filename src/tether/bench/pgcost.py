@@ -63,6 +63,7 @@ class PgCost:
         self.walinspect = False
         self._wal: tuple[int, int, int] | None = (0, 0, 0)  # own bytes, commit bytes, commits
         self._wal_lsn = ""
+        self._own = self._own0 = 0  # this watcher's own transactions (left out of `commits`)
 
     async def __aenter__(self) -> PgCost:
         import psycopg
@@ -86,11 +87,13 @@ class PgCost:
             await self._conn.close()
 
     async def _one(self, q: str) -> tuple[Any, ...]:
+        self._own += 1
         row = await (await self._conn.execute(q.encode())).fetchone()
         assert row is not None
         return tuple(row)
 
     async def _sample(self) -> None:
+        self._own += 1
         rows = await (await self._conn.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
             "AND pid <> pg_backend_pid()")).fetchall()
@@ -137,7 +140,10 @@ class PgCost:
     async def start(self) -> None:
         """Begin the interval: backends alive now count from their CPU time now, later ones
         from zero (their connection set-up is part of the workload)."""
+        self._first.clear()
+        self._last.clear()
         self._stats0 = await self._stats()
+        self._own0 = self._own
         self._lsn0 = self._wal_lsn = str((await self._one("SELECT pg_current_wal_flush_lsn()"))[0])
         self._wal = (0, 0, 0)
         await self._sample()
@@ -155,6 +161,7 @@ class PgCost:
         self._lsn1 = str((await self._one("SELECT pg_current_wal_lsn()"))[0])
 
     async def _stats(self) -> tuple[int, int]:
+        self._own += 1
         await self._conn.execute("SELECT pg_stat_clear_snapshot()")
         commits, rows = await self._one(self.STATS)
         return int(commits), int(rows)
@@ -163,8 +170,9 @@ class PgCost:
         """The interval's cost. Waits `wait_s` first: a backend reports its counts at most
         once a second (PostgreSQL 15), and all of them when it exits."""
         await asyncio.sleep(wait_s)
+        own = self._own - self._own0
         commits1, rows1 = await self._stats()
-        commits = commits1 - self._stats0[0]
+        commits = max(0, commits1 - self._stats0[0] - own)
         cpu = sum(self._last[p] - self._first[p] for p in self._last)
         cluster = int((await self._one(
             f"SELECT pg_wal_lsn_diff('{self._lsn1}', '{self._lsn0}')"))[0])
