@@ -295,6 +295,12 @@ def advise(inputs: Inputs, dialect: str, probe: Probe | None,
                       "thread_id, or a horizontally scaled engine", reasons, [], settings,
                       model)
     settings["pool_max"] = pool
+    reasons.append(f"{_fmt(steps_per_s)} steps/s costs the primary about "
+                   f"{_fmt(model['db_cores_needed'])} cores of CPU, "
+                   f"{_fmt(model['db_rows_per_s'])} rows/s and "
+                   f"{_fmt(model['db_wal_mb_per_s'])} MB/s of WAL (the model: "
+                   f"{PG_DB_CPU_S_PER_STEP * 1e6:.0f} us, {PG_ROWS_PER_STEP:g} rows and "
+                   f"{PG_WAL_BYTES_PER_STEP:,.0f} bytes a step, bench S)")
     if connections > CONNECTIONS_BUDGET * max_conn:
         reasons.append(f"{workers} workers x pool {pool} = {connections} connections, over "
                        f"{CONNECTIONS_BUDGET:.0%} of max_connections {int(max_conn)} "

@@ -141,6 +141,8 @@ def test_the_model_of_one_primary_is_its_cpu_per_step() -> None:
     assert a.model["db_cores_needed"] == pytest.approx(10_000 * adv.PG_DB_CPU_S_PER_STEP)
     assert a.model["db_wal_mb_per_s"] == pytest.approx(10_000 * adv.PG_WAL_BYTES_PER_STEP / 1e6)
     assert any("90 us of the server's CPU a step" in r and "2 cores" in r for r in a.reasons)
+    assert any(r.startswith("10,000 steps/s costs the primary about 0.9 cores of CPU, 21,000 "
+                            "rows/s and 9 MB/s of WAL") for r in a.reasons), a.reasons
     # Twice that is past half of the ceiling: more primaries, named.
     b = advise(what_if(runs_per_s=200, steps_per_run=10, step_seconds=1), "postgres", None)
     assert b.recommendation == "outgrown" and b.model["databases_needed"] == 2
