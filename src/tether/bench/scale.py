@@ -82,6 +82,8 @@ async def until_registered(rt: tether.Runtime, n: int, procs: WorkerProcesses) -
 def pin(pid: int) -> None:
     """Keep a worker process on the machine's last core: the layouts then get the same CPU
     however many processes they run, and a shared machine's load weighs on both alike."""
+    if os.environ.get("BENCH_RP_PIN") == "0":  # each process on every core, as deployed
+        return
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(pid, {(os.cpu_count() or 1) - 1})
 
@@ -151,6 +153,15 @@ async def _rp_debug(url: str, versions: tuple[str, ...], starts: float, wall: fl
     t = float(made[0][0])
     print(f"RP {versions}: starts {starts:.2f}s wall {wall:.2f}s created "
           f"{float(made[0][1]) - t:.2f}s workers' CPU {cpu:.2f}s db {db}", file=sys.stderr)
+    waits = await query(url, "SELECT r.version, count(*), percentile_cont(0.5) WITHIN GROUP "
+                             "(ORDER BY c.started_at - r.created_at), max(c.started_at - "
+                             "r.created_at), max(l.finished_at) - min(r.created_at) FROM runs r "
+                             "JOIN checkpoints c ON c.thread_id = r.thread_id AND c.step = 1 "
+                             "JOIN checkpoints l ON l.thread_id = r.thread_id AND l.step = 5 "
+                             "GROUP BY r.version ORDER BY r.version")
+    for v, n, med_wait, max_wait, span in waits:
+        print(f"  {v}: {n} runs, created to step 1 median {med_wait:.3f} s max {max_wait:.3f} s,"
+              f" last step done {span:.2f} s after the first run was created", file=sys.stderr)
     for step, n, a, m, b in cp:
         print(f"  step {step} n={n} first {a - t:.2f} median {m - t:.2f} last {b - t:.2f}",
               file=sys.stderr)
