@@ -43,13 +43,25 @@ CONNECTIONS_BUDGET = 0.8
 ONE_REQUEST_S = 1.0
 """A run shorter than this, of one step and no human wait, fits in a request."""
 DEFAULT_LEASE_TTL = 30.0
-BENCH_PG_CEILING = 42_800.0
-"""Rows/s one Postgres primary committed in the project's own measurement (`tether advise
---measure` against PostgreSQL 15 on the bench machine: 2 cores, a local disk with a 0.07 ms
-median fsync, 100 rows a commit, 2026-12-03; docs/advisor.md). Used when this Postgres was
-not measured; cloud block storage is slower, so it is an upper bound."""
-BENCH_PG_WHERE = ("the project's bench figure: PostgreSQL 15, 2 cores, local disk, "
-                  "docs/advisor.md")
+PG_DB_CPU_S_PER_STEP = 90e-6
+"""The Postgres server's own CPU per step: its backends' CPU time (from /proc) over the steps
+committed, bench S (`python -m bench.scale_out`: 2,000 runs of 10 steps drained by 4 `tether
+worker` processes of concurrency 100 on PostgreSQL 15, 2 cores, the median of 3; 83-117 us over
+every row of 1, 2 and 4 processes; 2026-12-04, bench/results/scale_out.txt)."""
+PG_DB_CORES = 2
+"""The bench server's cores: the model's primary has them all for tether's backends."""
+PG_ROWS_PER_STEP = 2.1
+"""Rows a step writes (inserted + updated + deleted, pg_stat_database; bench S)."""
+PG_WAL_BYTES_PER_STEP = 900.0
+"""WAL a step writes (its records and its share of the commit records; bench S)."""
+BENCH_PG_STEPS_PER_S = PG_DB_CORES / PG_DB_CPU_S_PER_STEP
+"""Where one primary saturates: its cores over its CPU per step (about 22,200 steps/s)."""
+BENCH_PG_CEILING = BENCH_PG_STEPS_PER_S * PG_ROWS_PER_STEP
+"""The same ceiling in rows/s."""
+BENCH_PG_WHERE = (f"the model of one primary from bench S: {PG_DB_CPU_S_PER_STEP * 1e6:.0f} us of "
+                  f"the server's CPU a step on PostgreSQL 15 with {PG_DB_CORES} cores, about "
+                  f"{PG_ROWS_PER_STEP:g} rows and {PG_WAL_BYTES_PER_STEP:,.0f} bytes of WAL a "
+                  "step; docs/advisor.md")
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,22 +267,26 @@ def advise(inputs: Inputs, dialect: str, probe: Probe | None,
                            "is Postgres's job")
         ceiling = 0.0
     measured_pg = bool(ceiling)
+    model.update(pg_model(steps_per_s))
     if not measured_pg:
-        ceiling = BENCH_PG_CEILING
+        ceiling = BENCH_PG_STEPS_PER_S
         write_use = steps_per_s / ceiling
         over = write_use > WRITE_BUDGET
-        model["write_ceiling_rows_per_s"], model["write_utilisation"] = ceiling, write_use
-        model["write_ceiling_source"] = "bench"
-        reasons.append(f"Postgres's write ceiling was not measured here: planned against "
-                       f"{_fmt(ceiling)} rows/s ({BENCH_PG_WHERE}); run `tether advise "
-                       "--measure --db postgresql://...` against yours to check the plan")
-    whose = "this Postgres's measured" if measured_pg else "one Postgres's (bench)"
+        model["write_ceiling_rows_per_s"] = BENCH_PG_CEILING
+        model["write_utilisation"] = write_use
+        model["write_ceiling_source"] = "model"
+        reasons.append(f"Postgres's ceiling was not measured here: planned against "
+                       f"{_fmt(ceiling)} steps/s ({BENCH_PG_WHERE}); a primary with more "
+                       "cores goes about as much further; run `tether advise --measure --db "
+                       "postgresql://...` against yours to check the plan")
+    whose = "this Postgres's measured write" if measured_pg else "one Postgres's (model)"
+    unit = "rows/s" if measured_pg else "steps/s"
     pg_ceiling = ("this Postgres's write ceiling" if measured_pg else
-                  f"one Postgres's write ceiling ({_fmt(ceiling)} rows/s, bench)")
+                  f"one Postgres's ceiling ({_fmt(ceiling)} steps/s, model)")
     if over:
         dbs = math.ceil(steps_per_s / (ceiling * WRITE_BUDGET))
         reasons.append(f"{_fmt(steps_per_s)} steps/s at the peak is {write_use:.0%} of "
-                       f"{whose} write ceiling ({_fmt(ceiling)} rows/s), over the "
+                       f"{whose} ceiling ({_fmt(ceiling)} {unit}), over the "
                        f"{WRITE_BUDGET:.0%} budget: one primary is not enough; about {dbs} "
                        f"databases split by thread_id (every table carries it, each with its "
                        "own workers), or an engine built to scale writes out")
@@ -279,6 +295,12 @@ def advise(inputs: Inputs, dialect: str, probe: Probe | None,
                       "thread_id, or a horizontally scaled engine", reasons, [], settings,
                       model)
     settings["pool_max"] = pool
+    reasons.append(f"{_fmt(steps_per_s)} steps/s costs the primary about "
+                   f"{_fmt(model['db_cores_needed'])} cores of CPU, "
+                   f"{_fmt(model['db_rows_per_s'])} rows/s and "
+                   f"{_fmt(model['db_wal_mb_per_s'])} MB/s of WAL (the model: "
+                   f"{PG_DB_CPU_S_PER_STEP * 1e6:.0f} us, {PG_ROWS_PER_STEP:g} rows and "
+                   f"{PG_WAL_BYTES_PER_STEP:,.0f} bytes a step, bench S)")
     if connections > CONNECTIONS_BUDGET * max_conn:
         reasons.append(f"{workers} workers x pool {pool} = {connections} connections, over "
                        f"{CONNECTIONS_BUDGET:.0%} of max_connections {int(max_conn)} "
@@ -303,6 +325,16 @@ def advise(inputs: Inputs, dialect: str, probe: Probe | None,
                   f"{slots}", reasons,
                   _headroom(inputs, steps_per_s, ceiling, pg_ceiling),
                   settings, model)
+
+
+def pg_model(steps_per_s: float) -> dict[str, float]:
+    """What `steps_per_s` costs one Postgres primary by the model (bench S's figures): its
+    CPU in cores, its WAL in MB/s, its rows/s, and the share of the model's ceiling."""
+    return {"db_cpu_us_per_step": PG_DB_CPU_S_PER_STEP * 1e6,
+            "db_cores_needed": steps_per_s * PG_DB_CPU_S_PER_STEP,
+            "db_rows_per_s": steps_per_s * PG_ROWS_PER_STEP,
+            "db_wal_mb_per_s": steps_per_s * PG_WAL_BYTES_PER_STEP / 1e6,
+            "model_ceiling_steps_per_s": BENCH_PG_STEPS_PER_S}
 
 
 def _write_ceiling(probe: Probe | None, concurrency: float) -> float:

@@ -117,14 +117,38 @@ def test_without_a_measurement_the_bench_ceiling_of_one_postgres_decides() -> No
         a = advise(what_if(runs_per_s=5000, steps_per_run=20), dialect, None)
         assert a.recommendation == "outgrown", (dialect, a.summary)
         assert a.model["write_ceiling_rows_per_s"] == BENCH_PG_CEILING
-        assert any("planned against 42,800 rows/s (the project's bench figure" in r
-                   for r in a.reasons), a.reasons
-        assert any("2336% of one Postgres's (bench) write ceiling (42,800 rows/s)" in r
-                   and "about 47 databases split by thread_id" in r for r in a.reasons), a.reasons
+        assert any("planned against 22,222 steps/s (the model of one primary from bench S"
+                   in r for r in a.reasons), a.reasons
+        assert any("4500% of one Postgres's (model) ceiling (22,222 steps/s)" in r
+                   and "about 90 databases split by thread_id" in r for r in a.reasons), a.reasons
     # Within the bench ceiling the plan stands, and says which ceiling it used.
     small = advise(what_if(runs_per_s=50, steps_per_run=20, step_seconds=2), "postgres", None)
     assert small.recommendation == "postgres"
-    assert any("42,800 rows/s" in h for h in small.headroom), small.headroom
+    assert any("22,222 steps/s" in h for h in small.headroom), small.headroom
+
+
+def test_the_model_of_one_primary_is_its_cpu_per_step() -> None:
+    """The unmeasured ceiling is the model's: the server's cores over its CPU per step (bench
+    S), and the plan says what the load costs the server (cores, rows/s, WAL)."""
+    from tether import advise as adv
+
+    assert pytest.approx(adv.PG_DB_CORES / adv.PG_DB_CPU_S_PER_STEP) == adv.BENCH_PG_STEPS_PER_S
+    a = advise(what_if(runs_per_s=100, steps_per_run=10, step_seconds=1), "postgres", None)
+    # 10x peak: 1,000 runs/s x 10 steps = 10,000 steps/s, 45% of 22,222: one primary holds
+    assert a.recommendation in ("postgres", "postgres-pooler"), a.summary
+    assert a.model["write_ceiling_source"] == "model"
+    assert a.model["write_utilisation"] == pytest.approx(10_000 / adv.BENCH_PG_STEPS_PER_S)
+    assert a.model["db_cores_needed"] == pytest.approx(10_000 * adv.PG_DB_CPU_S_PER_STEP)
+    assert a.model["db_wal_mb_per_s"] == pytest.approx(10_000 * adv.PG_WAL_BYTES_PER_STEP / 1e6)
+    assert any("90 us of the server's CPU a step" in r and "2 cores" in r for r in a.reasons)
+    assert any(r.startswith("10,000 steps/s costs the primary about 0.9 cores of CPU, 21,000 "
+                            "rows/s and 9 MB/s of WAL") for r in a.reasons), a.reasons
+    # Twice that is past half of the ceiling: more primaries, named.
+    b = advise(what_if(runs_per_s=200, steps_per_run=10, step_seconds=1), "postgres", None)
+    assert b.recommendation == "outgrown" and b.model["databases_needed"] == 2
+    # A measured Postgres is planned against its own probe, the model kept beside it.
+    m = advise(what_if(runs_per_s=100, steps_per_run=10, step_seconds=1), "postgres", PG_PROBE)
+    assert "write_ceiling_source" not in m.model and "db_cores_needed" in m.model
 
 
 def test_a_human_wait_says_how_many_runs_it_parks() -> None:

@@ -268,6 +268,10 @@ class StatusCounts:
         if self._pg is not None:
             await self._pg.close()
 
+    def backend_pid(self) -> int | None:
+        """The Postgres backend serving this watcher (None on SQLite)."""
+        return None if self._pg is None else int(self._pg.info.backend_pid)
+
     async def get(self, q: str = Q) -> dict[str, int]:
         if self._sqlite is not None:
             rows = self._sqlite.execute(q).fetchall()  # a few ms; readers never block in WAL

@@ -13,6 +13,8 @@ M (the megaagent example) is not in the package: a checkout runs it with
     python -m tether.bench.workloads L postgres 2.0         # seconds per measurement
     python -m tether.bench.workloads C sqlite 1000 20 100 1 # W2 runs, CPU runs, ms, processes
     python -m tether.bench.workloads R sqlite 10000         # W2 runs, one version then two
+    python -m tether.bench.workloads RP postgres 10000      # the same, a worker process each
+    python -m tether.bench.workloads S postgres 1,2,4 3     # worker processes, rounds
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ USAGE = """usage: python -m tether.bench.workloads WORKLOAD BACKEND [ARGS...]
   E  sqlite|postgres [effects]
   L  sqlite|postgres [seconds]
   C  sqlite|postgres [runs] [cpu_runs] [burn_ms] [cpu_workers]
-  R  sqlite|postgres [runs] [rounds]"""
+  R  sqlite|postgres [runs] [rounds]
+  RP sqlite|postgres [runs] [rounds] [served|embedded]
+  S  postgres [processes,...] [rounds]"""
 
 Workload = Callable[[str, list[str]], Coroutine[Any, Any, list[Result]]]
 
@@ -98,6 +102,19 @@ def workload_call(workload: str, backend: str, args: list[str]) -> Coroutine[Any
         from .rainbow import rainbow
 
         return rainbow(backend, int(arg(0, 1000)), int(arg(1, 3)))
+    if workload == "RP":
+        from .scale import rainbow_processes
+
+        layout = args[2] if len(args) > 2 else "served"
+        if layout not in ("served", "embedded"):
+            raise SystemExit(f"RP layout must be served or embedded, got {layout!r}\n{USAGE}")
+        return rainbow_processes(backend, int(arg(0, 1000)), int(arg(1, 3)),
+                                 layout == "embedded")
+    if workload == "S":
+        from .scale import s_workload
+
+        procs = tuple(int(p) for p in (args[0] if args else "1,2,4").split(","))
+        return s_workload(backend, procs, int(arg(1, 3)))
     raise SystemExit(f"unknown workload {workload!r}\n{USAGE}")
 
 
