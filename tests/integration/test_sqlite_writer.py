@@ -148,3 +148,36 @@ async def test_single_writes_on_the_commit_thread_go_as_plain_statements(tmp_pat
         assert row is not None and row.step == 2
     finally:
         await store.close()
+
+
+async def test_a_step_that_stays_running_runs_no_trigger_on_status(tmp_path: Path) -> None:
+    """A step commit that keeps the run running (one that joins a group: not the hot path's
+    advance) leaves status out of its UPDATE, so SQLite enters none of the triggers on status
+    (each entry shows as the statement traced again); one that queues the run sets it, and
+    the trigger keeps idle_at."""
+    store = await _store(tmp_path)
+    try:
+        opened = store._conns._open
+        assert opened is not None
+        (run, _), = [await store.create_run(_new("g1"), lease=("w1", 30.0))]
+        lease = Lease(run.thread_id, "w1", run.epoch)
+        statements: list[str] = []
+        opened.write.set_trace_callback(statements.append)
+        await store.commit_step(StepCommit(
+            lease=lease, step=1, node="start", next_node="start", kind="d", data=b"{}",
+            attempt=1, started_at=1.5, finished_at=2.5, status="running",
+            groups=(("g", "member"),)))
+        updates = [s for s in statements if "UPDATE runs" in s]
+        assert len(updates) == 1 and "status =" not in updates[0].split("WHERE")[0], updates
+        statements.clear()
+        await store.commit_step(StepCommit(
+            lease=lease, step=2, node="start", next_node="start", kind="d", data=b"{}",
+            attempt=1, started_at=1.5, finished_at=2.5, status="queued",
+            groups=(("g", "member"),)))
+        assert len([s for s in statements if "UPDATE runs" in s]) > 1  # its triggers ran
+        opened.write.set_trace_callback(None)
+        row = opened.read.execute("SELECT status, idle_at, updated_at FROM runs "
+                                  "WHERE thread_id = 'g1'").fetchone()
+        assert row[0] == "queued" and row[1] == row[2]
+    finally:
+        await store.close()
