@@ -142,8 +142,8 @@ class RawCommits:
                "NOT NULL, PRIMARY KEY (thread_id, step))")
         if url.startswith("sqlite"):
             self._path = os.path.join(os.path.dirname(sqlite_path(url)), "w1_raw.db")
-            self._lite: sqlite3.Connection | None = sqlite3.connect(self._path,
-                                                                    isolation_level=None)
+            self._lite: sqlite3.Connection | None = sqlite3.connect(
+                self._path, isolation_level=None, check_same_thread=False)  # commit() on a thread
             self._lite.execute("PRAGMA journal_mode=WAL")
             self._lite.execute("PRAGMA synchronous=FULL")
             self._lite.execute(ddl.format("BLOB") + " WITHOUT ROWID")
