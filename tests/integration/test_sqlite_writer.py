@@ -13,6 +13,7 @@ from pathlib import Path
 
 import orjson
 
+from tether.errors import LeaseLost
 from tether.store.base import JournalRecord, Lease, NewRun, StepCommit
 from tether.store.sqlite import SQLiteStore
 
@@ -107,4 +108,76 @@ async def test_another_connections_write_lock_does_not_stall_the_event_loop(
         assert len(await store.list_runs(limit=100)) == 65
     finally:
         other.close()
+        await store.close()
+
+
+async def test_single_writes_on_the_commit_thread_go_as_plain_statements(tmp_path: Path) -> None:
+    """On a disk whose COMMIT is slow, even a group commit of one write goes to the commit
+    thread; a kind with one write there runs its plain statement (no JSON rows). Its fence
+    holds as the batched form's: a stale epoch gets LeaseLost and writes nothing, a start
+    whose thread_id exists is settled on the loop thread, and the others in the batch stand."""
+    store = await _store(tmp_path)
+    try:
+        opened = store._conns._open
+        assert opened is not None
+        statements: list[str] = []
+        opened.write.set_trace_callback(statements.append)
+        opened.commit_s = 1.0  # as measured on a slow disk: every group commit to the thread
+        (run, created), = [await store.create_run(_new("one"), lease=("w1", 30.0))]
+        assert created
+        lease = Lease(run.thread_id, "w1", run.epoch)
+        opened.commit_s = 1.0
+        await store.commit_step(_commit(lease, 1))
+        assert [cp.step for cp in await store.checkpoints("one")] == [1]
+        assert not any("json_each" in s for s in statements), statements
+        stale = Lease(run.thread_id, "w1", run.epoch + 1)
+        opened.commit_s = 1.0
+        try:
+            await store.commit_step(_commit(stale, 2))
+        except LeaseLost:
+            pass
+        else:
+            raise AssertionError("a commit under a stale epoch was taken")
+        opened.commit_s = 1.0
+        again, created_again = await store.create_run(_new("one"), lease=("w1", 30.0))
+        assert not created_again and again.thread_id == "one"
+        opened.commit_s = 1.0
+        await store.commit_step(_commit(lease, 2))
+        assert [cp.step for cp in await store.checkpoints("one")] == [1, 2]
+        row = await store.get_run("one")
+        assert row is not None and row.step == 2
+    finally:
+        await store.close()
+
+
+async def test_a_step_that_stays_running_runs_no_trigger_on_status(tmp_path: Path) -> None:
+    """A step commit that keeps the run running (one that joins a group: not the hot path's
+    advance) leaves status out of its UPDATE, so SQLite enters none of the triggers on status
+    (each entry shows as the statement traced again); one that queues the run sets it, and
+    the trigger keeps idle_at."""
+    store = await _store(tmp_path)
+    try:
+        opened = store._conns._open
+        assert opened is not None
+        (run, _), = [await store.create_run(_new("g1"), lease=("w1", 30.0))]
+        lease = Lease(run.thread_id, "w1", run.epoch)
+        statements: list[str] = []
+        opened.write.set_trace_callback(statements.append)
+        await store.commit_step(StepCommit(
+            lease=lease, step=1, node="start", next_node="start", kind="d", data=b"{}",
+            attempt=1, started_at=1.5, finished_at=2.5, status="running",
+            groups=(("g", "member"),)))
+        updates = [s for s in statements if "UPDATE runs" in s]
+        assert len(updates) == 1 and "status =" not in updates[0].split("WHERE")[0], updates
+        statements.clear()
+        await store.commit_step(StepCommit(
+            lease=lease, step=2, node="start", next_node="start", kind="d", data=b"{}",
+            attempt=1, started_at=1.5, finished_at=2.5, status="queued",
+            groups=(("g", "member"),)))
+        assert len([s for s in statements if "UPDATE runs" in s]) > 1  # its triggers ran
+        opened.write.set_trace_callback(None)
+        row = opened.read.execute("SELECT status, idle_at, updated_at FROM runs "
+                                  "WHERE thread_id = 'g1'").fetchone()
+        assert row[0] == "queued" and row[1] == row[2]
+    finally:
         await store.close()

@@ -126,3 +126,65 @@ async def limits(backend: str, seconds: float) -> list[Result]:
                                       rate, "1/s"))
     out.append(Result(backend, "L", "peak_rss_mib", round(peak_rss_mib(), 1), "MiB"))
     return out
+
+
+class RawCommits:
+    """W1's reference, taken in the same run, interleaved with it: single-row INSERT + COMMIT
+    through the plain driver (sqlite3 or psycopg), on the same storage (SQLite: a file beside
+    the workload's database, WAL, synchronous=FULL; Postgres: a table in the same database,
+    autocommit), with rows of the size W1's checkpoint rows have. `commit(n)` makes n more
+    commits; `rate` is commits/s over all of them."""
+
+    def __init__(self, url: str, row_bytes: int) -> None:
+        self.commits, self.seconds = 0, 0.0
+        self._payload = b"x" * max(1, row_bytes)
+        ddl = ("CREATE TABLE w1_raw (thread_id TEXT NOT NULL, step INTEGER NOT NULL, data {} "
+               "NOT NULL, PRIMARY KEY (thread_id, step))")
+        if url.startswith("sqlite"):
+            self._path = os.path.join(os.path.dirname(sqlite_path(url)), "w1_raw.db")
+            self._lite: sqlite3.Connection | None = sqlite3.connect(
+                self._path, isolation_level=None, check_same_thread=False)  # commit() on a thread
+            self._lite.execute("PRAGMA journal_mode=WAL")
+            self._lite.execute("PRAGMA synchronous=FULL")
+            self._lite.execute(ddl.format("BLOB") + " WITHOUT ROWID")
+            self._pg = None
+        else:
+            import psycopg  # only on Postgres: the core install has no driver for it
+
+            self._lite = None
+            self._pg = psycopg.connect(libpq_url(url), autocommit=True)
+            self._pg.execute(ddl.format("BYTEA").encode())
+            self._pg.execute(b"INSERT INTO w1_raw VALUES ('prepare', -1, '')")  # outside the clock
+
+    def commit(self, n: int) -> None:
+        """n commits of one row each, timed."""
+        key, first, payload = "t", self.commits, self._payload
+        t0 = time.perf_counter()
+        if self._lite is not None:
+            conn = self._lite
+            for i in range(first, first + n):
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("INSERT INTO w1_raw VALUES (?, ?, ?)", (key, i, payload))
+                conn.execute("COMMIT")
+        else:
+            assert self._pg is not None
+            cur = self._pg.cursor()
+            for i in range(first, first + n):
+                cur.execute(b"INSERT INTO w1_raw VALUES (%s, %s, %s)", (key, i, payload))
+        self.seconds += time.perf_counter() - t0
+        self.commits += n
+
+    @property
+    def rate(self) -> float:
+        return _rate(self.commits, self.seconds) if self.seconds else 0.0
+
+    def close(self) -> None:
+        """Close the connection and drop what the reference wrote (it is not W1's bytes)."""
+        if self._lite is not None:
+            self._lite.close()
+            for p in (self._path, self._path + "-wal", self._path + "-shm"):
+                if os.path.exists(p):
+                    os.remove(p)
+        if self._pg is not None:
+            self._pg.execute(b"DROP TABLE w1_raw")
+            self._pg.close()

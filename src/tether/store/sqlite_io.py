@@ -239,7 +239,11 @@ class _Open:
             set_sql = self._set_sql.get(sql)
             then_set = self._set_sql.get(then_sql) if then_sql is not None else None
             rows = then_rows = None
-            if set_sql is not None and (then_sql is None or then_set is not None):
+            # A kind with one write (W1's case: one run, one step at a time) goes as its plain
+            # statement: encoding its row as JSON and reading it back through json_each cost
+            # more than the statement itself.
+            if len(items) > 1 and set_sql is not None and (then_sql is None
+                                                           or then_set is not None):
                 try:
                     rows = orjson.dumps([job.params for job, _ in items], default=_text)
                     if then_sql is not None:
@@ -265,7 +269,14 @@ class _Open:
         try:
             for g in groups:
                 n = len(g.items)
-                if g.rows is not None and g.set_sql is not None:
+                if n == 1:
+                    job, fut = g.items[0]
+                    if conn.execute(job.sql, job.params).rowcount != 1:
+                        raise _FenceMoved  # (retried on the loop thread, as below)
+                    if job.then_sql is not None:
+                        conn.execute(job.then_sql, job.then_params)
+                    results.append((fut, True, job.result))
+                elif g.rows is not None and g.set_sql is not None:
                     if conn.execute(g.set_sql, (g.rows,)).rowcount != n:
                         raise _FenceMoved
                     if g.then_set is not None:

@@ -31,11 +31,14 @@ def step_job(q: dict[str, str], commit: StepCommit, cp: tuple[Any, ...], wakes: 
         "waiting_for": commit.waiting_for,
     }
     effects = commit.effects
+    # A run that stays running keeps its status: the statement that does not set it (no
+    # trigger on status runs).
+    commit_run = q["commit_run_on" if commit.status == "running" else "commit_run"]
 
     def job(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
         # The fence first: a commit that lost the race for this step finds the effect keys
         # the run's new holder wrote, and that is a lost lease, not a key used twice.
-        rows = conn.execute(q["commit_run"], run_params).fetchall()
+        rows = conn.execute(commit_run, run_params).fetchall()
         if not rows:
             return None
         if effects:

@@ -30,6 +30,17 @@ SET step = :step, node = :next_node, status = :status,
 WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running'
 RETURNING {{run_columns}};
 
+-- name: commit_run_on
+-- commit_run's form for a run that stays running (the lease kept): status is left out of the
+-- SET, so the triggers on status (runs_finished_status, runs_idle_status) are not run for a
+-- status that does not change.
+UPDATE runs
+SET step = :step, node = :next_node, attempt = 1, failures = 0,
+    wake_at = :wake_at, waiting_for = :waiting_for,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running'
+RETURNING {{run_columns}};
+
 -- name: advance_run
 -- The common case of commit_run: the run stays running on the same lease and moves to its
 -- next step. Touches no indexed column, so no index entry is rewritten. Positional parameters
