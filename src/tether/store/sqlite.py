@@ -47,8 +47,7 @@ from .rows import finished_run, mail_refused, new_run_params, same_run
 from .sessions import SQLiteSessionsPart
 from .sqlite_create import FRESH_WRITES, fresh_insert
 from .sqlite_deploy import SQLiteDeployments
-from .sqlite_fenced import Fenced
-from .sqlite_io import SQLiteConnections, audited
+from .sqlite_io import Fenced, SQLiteConnections, audited
 from .sqlite_retention import SQLiteRetention
 from .sqlite_schema import apply_migrations, missing_file, parse_sqlite_url, schema_applied
 from .sqlite_steps import step_job

@@ -1,4 +1,4 @@
-"""A SQLite start's common case as one fenced write (sqlite_fenced.Fenced): a run without
+"""A SQLite start's common case as one fenced write (sqlite_io.Fenced): a run without
 idempotency key, queued for any worker or created leased to a worker of the starting process.
 Batched with the other starts of its group commit into one set-based statement on the commit
 thread (not one INSERT ... RETURNING each on the loop thread), its record built here (the
@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from .base import NewRun, RunRecord
-from .sqlite_fenced import Fenced
+from .sqlite_io import Fenced
 
 FRESH_WRITES = ("insert_fresh_run", "insert_queued_run")
 """The statements of fresh_insert, each with its set-based form (name + "_set")."""

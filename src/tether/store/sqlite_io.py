@@ -15,45 +15,58 @@ worker process, bench R). A write that wakes workers wakes those of every such s
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
-import contextlib
 import os
 import sqlite3
-import threading
 import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
-from ..errors import ConfigError, StoreError, StoreUnavailable
+from ..errors import ConfigError, LeaseLost, StoreError, StoreUnavailable
 from .audit import Audit
 from .base import CommitObserver
-from .sqlite_fenced import (
-    _NUL,
-    Fenced,
-    Item,
-    Job,
-    _Busy,
-    _deliver,
-    _Fenced,
-    _FenceMoved,
-    _Group,
-    _Result,
-    _run_fenced,
-    _Started,
-    _text,
-    _wrap,
-)
 from .sqlite_jobs import SharedWake, finished
 from .sqlite_jobs import swap_observer as _swap
 from .sqlite_schema import create_private, parse_sqlite_url
 
 T = TypeVar("T")
 
+Job = Callable[[sqlite3.Connection], Any]
+
+
+class Fenced:
+    """A write of the hot path (a journaled call, a step that advances or finishes the run, a
+    run created leased to a local worker), batched with the others of its kind into one
+    statement per group commit. `sql` must change exactly one row, or the lease was lost;
+    `then_sql` runs only where it did. The caller's future gets `result` when the write
+    holds, else LeaseLost(`lost`), or, when `fallback` is given, what that job returns when
+    run in the write's place (it decides what an unchanged row means)."""
+
+    __slots__ = ("fallback", "lost", "params", "result", "sql", "then_params", "then_sql")
+
+    def __init__(self, sql: str, params: tuple[Any, ...], lost: str,
+                 then_sql: str | None = None, then_params: tuple[Any, ...] = (),
+                 result: Any = None, fallback: Job | None = None) -> None:
+        self.sql, self.params, self.lost = sql, params, lost
+        self.then_sql, self.then_params = then_sql, then_params
+        self.result, self.fallback = result, fallback
+
+    def run(self, conn: sqlite3.Connection) -> tuple[bool, Any]:
+        """This write alone: (held, the future's result or exception)."""
+        if conn.execute(self.sql, self.params).rowcount != 1:
+            if self.fallback is not None:
+                return True, finished(self.fallback(conn))
+            return False, LeaseLost(self.lost)
+        if self.then_sql is not None:
+            conn.execute(self.then_sql, self.then_params)
+        return True, self.result
+
+
+Item = tuple["Job | Fenced", "asyncio.Future[Any]"]
 _SYNC_MODES = {"OFF", "NORMAL", "FULL", "EXTRA"}
 _AUTO_VACUUM = {"INCREMENTAL", "NONE"}
 _MAX_BATCH = 2048
@@ -72,18 +85,16 @@ class _Open:
     """A write connection whose jobs are group-committed, and a read connection used
     directly on the loop thread.
 
-    A small group commit on a fast disk runs on the loop thread (see _HANDOFF_S); any
-    other runs whole on a commit thread (_commit_thread), which goes on with the next one
-    as long as writes are pending: BEGIN IMMEDIATE, the jobs that are Python functions, the
-    fenced writes of the hot path (one set-based statement per kind), and COMMIT with its
-    fsync. The sqlite3 module releases the GIL inside each statement, so that SQLite work
-    runs on the other core while the loop goes on with steps; writes submitted meanwhile make
-    up the next group commit. An in-memory database (one connection for both) commits on the
-    loop thread.
+    A group commit starts on the loop thread (BEGIN IMMEDIATE and the jobs that are Python
+    functions, which are short) and ends on a commit thread: the fenced writes of the hot
+    path, one set-based statement per kind, and COMMIT with its fsync. The sqlite3 module
+    releases the GIL inside each statement, so that SQLite work runs on the other core while
+    the loop goes on with steps; writes submitted meanwhile make up the next group commit.
+    An in-memory database (one connection for both) commits on the loop thread.
 
     The loop thread never waits for another connection's write lock (another process, or
     another store on the file): its BEGIN IMMEDIATE does not wait (busy_timeout 0 on the write
-    connection), and a group commit that finds the lock held runs on the commit thread,
+    connection), and a group commit that finds the lock held runs whole on the commit thread,
     which waits up to the busy timeout. (SQLite's busy handler sleeps 1, 2, 5, 10... ms: on the
     loop thread each sleep stalled every run of the process.)"""
 
@@ -99,14 +110,9 @@ class _Open:
         self._scheduled = False
         self._set_sql = set_sql
         self._pool = None if shared else ThreadPoolExecutor(1, "tether-sqlite-commit")
-        self._lock = threading.Lock()
-        self._inflight: object | None = None
-        """The commit thread's run of group commits (its concurrent future) while under way."""
-        self._started_thread = object()  # _inflight while that run is being handed over
-        self._closing = False
-        self._done: collections.deque[tuple[list[Item], list[_Result], float]] = (
-            collections.deque())
-        """Group commits the commit thread committed, for the loop to deliver."""
+        self._inflight: concurrent.futures.Future[Any] | None = None
+        self._inflight_batch: list[Item] = []
+        self._inflight_t0 = 0.0
         self.commit_s = 0.0
         """COMMIT's cost here (a moving average, seconds; the loop and the thread update it)."""
         self.observers: list[CommitObserver] = []
@@ -132,105 +138,61 @@ class _Open:
 
     def submit(self, job: Job | Fenced) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any] = self._loop.create_future()
-        with self._lock:  # the commit thread takes what is pending under it
-            self._pending.append((job, fut))
-            if self._scheduled or self._inflight is not None:
-                return fut  # the next group commit (the commit thread's, if one is under way)
+        self._pending.append((job, fut))
+        if not self._scheduled and self._inflight is None:
             self._scheduled = True
-        self._loop.call_soon(self._flush)
+            self._loop.call_soon(self._flush)
         return fut
-
-    def _take(self) -> list[Item]:
-        """The next group commit's writes (under _lock)."""
-        batch = self._pending[:_MAX_BATCH]
-        del self._pending[:_MAX_BATCH]
-        return batch
 
     def _flush(self, inline: bool = False) -> None:
         """Commit every write submitted since the last group commit in one IMMEDIATE
         transaction (one fsync for all). If any job fails, the batch is rolled back and each
         job is retried in a transaction of its own, so a failing job is undone alone."""
-        with self._lock:
-            self._scheduled = False
-            if self._inflight is not None or not self._pending:
-                return
-            batch = self._take()
-            threaded = self._pool is not None and not inline and not (
-                self.commit_s < _HANDOFF_S and (
-                    len(batch) < _THREAD_MIN
-                    or sum(type(job) is Fenced for job, _ in batch) < _THREAD_MIN))
-            if threaded:
-                self._inflight = self._started_thread
+        self._scheduled = False
+        if self._inflight is not None or not self._pending:
+            return
+        batch, self._pending = self._pending[:_MAX_BATCH], self._pending[_MAX_BATCH:]
         t0 = time.perf_counter() if self.observers else 0.0
-        if not threaded:
-            try:
+        try:
+            if self._pool is None or inline or (self.commit_s < _HANDOFF_S and (
+                    len(batch) < _THREAD_MIN
+                    or sum(type(job) is Fenced for job, _ in batch) < _THREAD_MIN)):
                 results = self._transaction(batch, wait=self._pool is None or inline)
-            except _Busy:  # another connection holds the write lock: wait for it off the loop
-                with self._lock:
-                    self._inflight = self._started_thread
-            else:
                 self._finish(batch, results, reschedule=not inline)
                 self._observed(len(batch), t0)
                 return
-        assert self._pool is not None
-        cf = self._pool.submit(self._commit_thread, batch)
-        with self._lock:
-            if self._inflight is self._started_thread:
-                self._inflight = cf
-
-    def _commit_thread(self, batch: list[Item]) -> None:
-        """The commit thread's work: group commits one after the other, each one whole here
-        (BEGIN IMMEDIATE, which waits up to the busy timeout for another connection's write
-        lock, the jobs, the fenced writes one set-based statement per kind, COMMIT), as long
-        as writes are pending: the next group commit starts as soon as one ends, not once
-        the loop gets round to it (with thousands of steps in flight, tens of milliseconds
-        later). The sqlite3 module releases the GIL inside each statement, so that SQLite
-        work runs on the other core while the loop goes on with steps. Each group commit's
-        results go to the loop (its callers' futures) as soon as it is committed."""
-        while True:
-            t0 = time.perf_counter() if self.observers else 0.0
-            try:
-                results = self._thread_transaction(batch)
-            except BaseException as exc:  # not a failed job (those are results): deliver it
-                if self.write.in_transaction:
-                    self.write.execute("ROLLBACK")
-                results = [(fut, False, _wrap(exc)) for _, fut in batch]
-            self._done.append((batch, results, t0))
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for them
-                self._loop.call_soon_threadsafe(self._delivered)
-            with self._lock:
-                if not self._pending or self._closing:
-                    self._inflight = None
-                    return
-                batch = self._take()
-
-    def _thread_transaction(self, batch: list[Item]) -> list[_Result]:
-        """One group commit on the commit thread; a rolled-back one runs again one statement
-        per row, then (if that fails too) each write alone, so only the stale or failing
-        writes fail."""
-        begun = self._begin(batch, wait=True)
-        if isinstance(begun, tuple):
-            results: list[_Result] | None = self._commit(begun[1], begun[0])
-        else:  # a job failed (alone: its result) and rolled back
-            results = begun
-        if results is None:
-            results = self._transaction(batch)
-        if results is None:
-            results = []
-            for item in batch:
-                results.extend(self._transaction([item]) or [])
-        return results
-
-    def _delivered(self) -> None:
-        """On the loop: hand the commit thread's committed group commits to their callers."""
-        while self._done:
-            batch, results, t0 = self._done.popleft()
-            _deliver(results)
+            begun = self._begin(batch)
+        except _Busy:  # another connection holds the write lock: wait for it off the loop
+            assert self._pool is not None
+            self._on_thread(self._pool.submit(self._waiting_transaction, batch), batch, t0)
+            return
+        if not isinstance(begun, tuple):  # a job failed (alone: its result) and rolled back
+            self._finish(batch, begun)
             self._observed(len(batch), t0)
-        with self._lock:
-            if self._pending and self._inflight is None and not self._scheduled:
-                self._scheduled = True
-                self._loop.call_soon(self._flush)
+            return
+        results, groups = begun
+        self._on_thread(self._pool.submit(self._commit, groups, results), batch, t0)
+
+    def _on_thread(self, cf: concurrent.futures.Future[Any], batch: list[Item],
+                   t0: float) -> None:
+        self._inflight, self._inflight_batch, self._inflight_t0 = cf, batch, t0
+        cf.add_done_callback(lambda f: self._loop.call_soon_threadsafe(self._committed, f))
+
+    def _waiting_transaction(self, batch: list[Item]) -> list[_Result] | None:
+        """The commit thread's whole group commit when the write lock was taken: BEGIN
+        waits for it (up to the busy timeout)."""
+        return self._transaction(batch, wait=True)
+
+    def _committed(self, cf: concurrent.futures.Future[Any]) -> None:
+        if self._inflight is not cf:
+            return  # close() settled it
+        self._inflight, batch, t0 = None, self._inflight_batch, self._inflight_t0
+        results = self._retry_inline(batch, cf.result())
+        self._observed(len(batch), t0)
+        # The writes that queued meanwhile go to the commit thread now, before the callers
+        # of this batch run on: it works while they do.
+        self._flush()
+        self._finish(batch, results)
 
     def _observed(self, writes: int, t0: float) -> None:
         if self.observers and t0:
@@ -238,18 +200,19 @@ class _Open:
             for observer in self.observers:
                 observer.committed(writes, took)
 
+    def _retry_inline(self, batch: list[Item], results: list[_Result] | None
+                      ) -> list[_Result] | None:
+        """A group commit the commit thread rolled back (a lost fence or a failed write)
+        runs again here, one statement per row, so only the stale or failing writes fail."""
+        return self._transaction(batch) if results is None else results
+
     def _settle(self) -> None:
-        """Wait for the commit thread's group commits, if any, and deliver them."""
-        with self._lock:
-            self._closing = True
-            cf = self._inflight
-        try:
-            if isinstance(cf, concurrent.futures.Future):
-                cf.result()
-        finally:
-            with self._lock:
-                self._closing = False
-            self._delivered()
+        """Wait for the group commit on the commit thread, if any, and deliver it."""
+        cf, self._inflight = self._inflight, None
+        if cf is not None:
+            batch = self._inflight_batch
+            self._finish(batch, self._retry_inline(batch, cf.result()), reschedule=False)
+            self._observed(len(batch), self._inflight_t0)
 
     def _finish(self, batch: list[Item], results: list[_Result] | None,
                 reschedule: bool = True) -> None:
@@ -263,11 +226,11 @@ class _Open:
             self._loop.call_soon(self._flush)
 
     def _begin(
-        self, batch: list[Item], wait: bool
+        self, batch: list[Item]
     ) -> tuple[list[_Result], list[_Group]] | list[_Result] | None:
-        """The first part of a group commit on the commit thread: _start, then the fenced
-        writes grouped by kind with their rows as JSON."""
-        started = self._start(batch, wait)
+        """The loop thread's part of a group commit: _start, then the fenced writes grouped
+        by kind with their rows as JSON."""
+        started = self._start(batch, wait=False)
         if not isinstance(started, tuple):
             return started
         results, fenced = started
@@ -407,6 +370,78 @@ class _Open:
                 conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise _wrap(exc) from exc
+
+
+_Result = tuple["asyncio.Future[Any]", bool, Any]
+_Fenced = dict[tuple[str, "str | None"], list[tuple[Fenced, "asyncio.Future[Any]"]]]
+_Started = tuple[list[_Result], _Fenced]
+
+
+class _Busy(Exception):
+    """BEGIN IMMEDIATE found the write lock held by another connection (and did not wait)."""
+
+
+class _FenceMoved(Exception):
+    """A set-based fenced write changed fewer rows than it had: some lease was lost."""
+
+
+class _Group(NamedTuple):
+    sql: str
+    then_sql: str | None
+    items: list[tuple[Fenced, asyncio.Future[Any]]]
+    set_sql: str | None
+    rows: bytes | None
+    then_set: str | None
+    then_rows: bytes | None
+
+
+_NUL = b"\\u0000"
+
+
+def _text(value: Any) -> str:
+    """orjson's fallback for the blob parameters of set-based writes (JSON bytes)."""
+    if type(value) is bytes:
+        return value.decode()
+    raise TypeError(type(value).__name__)
+
+
+def _run_fenced(
+    conn: sqlite3.Connection, sql: str, then_sql: str | None,
+    items: list[tuple[Fenced, asyncio.Future[Any]]],
+    results: list[_Result],
+) -> None:
+    """One kind of fenced write for many runs: one executemany when every fence holds (the
+    common case), else each on its own inside a savepoint-undone retry."""
+    if len(items) > 1:
+        conn.execute("SAVEPOINT fenced")
+        if conn.executemany(sql, [job.params for job, _ in items]).rowcount == len(items):
+            if then_sql is not None:
+                conn.executemany(then_sql, [job.then_params for job, _ in items])
+            conn.execute("RELEASE fenced")
+            results.extend((fut, True, job.result) for job, fut in items)
+            return
+        conn.execute("ROLLBACK TO fenced")
+        conn.execute("RELEASE fenced")
+    for job, fut in items:
+        results.append((fut, *job.run(conn)))
+
+
+def _deliver(results: list[_Result]) -> None:
+    for fut, ok, value in results:
+        if fut.done():  # the caller was cancelled; the write still happened or not, atomically
+            continue
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+
+
+def _wrap(exc: BaseException) -> BaseException:
+    if isinstance(exc, sqlite3.Error):
+        err = StoreError(f"SQLite error: {exc}")
+        err.__cause__ = exc
+        return err
+    return exc
 
 
 _SHARED: weakref.WeakValueDictionary[tuple[Any, ...], _Open] = weakref.WeakValueDictionary()
