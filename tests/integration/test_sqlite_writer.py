@@ -109,32 +109,3 @@ async def test_another_connections_write_lock_does_not_stall_the_event_loop(
         other.close()
         await store.close()
 
-
-async def test_the_commit_thread_goes_on_to_the_next_group_commit_without_the_loop(
-        tmp_path: Path) -> None:
-    """On a disk whose COMMIT is slow (every group commit then goes to the commit thread),
-    writes submitted beyond one group commit's worth are committed by the commit thread as
-    soon as the first group commit ends, even while the event loop is busy (it runs steps
-    then; it used to start each next group commit itself, tens of milliseconds late)."""
-    store = await _store(tmp_path)
-    try:
-        made = await asyncio.gather(*(store.create_run(_new(f"r{i}"), lease=("w1", 30.0))
-                                      for i in range(3000)))
-        leases = [Lease(r.thread_id, "w1", r.epoch) for r, _ in made]
-        opened = store._conns._open
-        assert opened is not None
-        opened.commit_s = 1.0  # as measured on a slow disk
-        calls = [asyncio.ensure_future(store.record_call(le, 1, 0, "f", b"1")) for le in leases]
-        await asyncio.sleep(0)  # the first group commit (2,048 writes) goes to the commit thread
-        reader = sqlite3.connect(tmp_path / "t.db")
-        try:
-            deadline, journaled = time.monotonic() + 10, 0
-            while journaled < len(leases) and time.monotonic() < deadline:
-                time.sleep(0.01)  # the loop is busy: it does not run until all are there
-                journaled = reader.execute("SELECT count(*) FROM journal").fetchone()[0]
-        finally:
-            reader.close()
-        assert journaled == len(leases)
-        await asyncio.gather(*calls)
-    finally:
-        await store.close()
