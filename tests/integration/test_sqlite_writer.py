@@ -108,4 +108,3 @@ async def test_another_connections_write_lock_does_not_stall_the_event_loop(
     finally:
         other.close()
         await store.close()
-
