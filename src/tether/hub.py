@@ -332,7 +332,12 @@ class EventHub:
             # interval. Runs driven by a worker in this process wake their waiters at once.
             n = len(self._waiting) + len(self._status_waiting)
             await asyncio.sleep(self._poll_interval * max(1.0, n / 1000))
-            finishing = [tid for tid in self._waiting if not self.driving(tid)]
+            drivers = self._drivers
+            if len(drivers) == 1:  # the common case: one bound method, no generator a run
+                driving = drivers[0].driving
+                finishing = [tid for tid in self._waiting if not driving(tid)]
+            else:
+                finishing = [tid for tid in self._waiting if not self.driving(tid)]
             ids = list({*finishing, *self._status_waiting})
             if not ids:
                 continue

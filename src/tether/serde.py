@@ -52,6 +52,10 @@ _OPTS = (orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
          | orjson.OPT_PASSTHROUGH_SUBCLASS)
 
 
+_SCALARS = frozenset({str, int, bool, type(None)})
+"""Exact types whose JSON reads back as the same value (not float: NaN and infinities)."""
+
+
 def _refuse(obj: Any) -> Any:
     raise TypeError(f"Type is not JSON serializable: {type(obj).__name__}")
 
@@ -66,6 +70,11 @@ def encode(value: Any, what: str = "value", *, typed: bool = False) -> tuple[byt
     """(JSON bytes, the value as it reads back). A replay sees exactly the decoded value, so
     callers hand that to user code rather than the original. `typed`: accept the typed values
     listed in the module docstring as well."""
+    if type(value) in _SCALARS:  # reads back as itself (orjson refuses a lone surrogate and
+        try:                     # an int beyond 64 bits: the checks below then say why)
+            return orjson.dumps(value), value
+        except orjson.JSONEncodeError:
+            pass
     try:
         data = orjson.dumps(value, default=_refuse, option=_OPTS)
     except (TypeError, orjson.JSONEncodeError) as exc:

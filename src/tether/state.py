@@ -28,6 +28,8 @@ class Append:
 
 def append(items: Iterable[Any]) -> Append:
     """Mark an update value as items to append to the list at that key."""
+    if type(items) is list:  # the common case, without the Mapping check
+        return Append(tuple(items))
     if isinstance(items, (str, bytes, Mapping)):
         raise TypeError("tether.append() takes an iterable of items, e.g. append([msg])")
     return Append(tuple(items))
@@ -41,7 +43,7 @@ def delta_of(state: State, update: Mapping[str, Any] | None) -> dict[str, Any]:
     that holds something other than a list."""
     if not update:
         return {}
-    if not isinstance(update, Mapping):
+    if type(update) is not dict and not isinstance(update, Mapping):
         raise SerializationError(f"an update must be a dict, got {type(update).__name__!r}")
     sets: dict[str, Any] = {}
     appends: dict[str, list[Any]] = {}

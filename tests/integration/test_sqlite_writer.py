@@ -181,3 +181,22 @@ async def test_a_step_that_stays_running_runs_no_trigger_on_status(tmp_path: Pat
         assert row[0] == "queued" and row[1] == row[2]
     finally:
         await store.close()
+
+
+async def test_queued_starts_are_batched_and_read_back_as_they_were_returned(
+        tmp_path: Path) -> None:
+    """Runs started with no worker at hand are inserted together, one set-based statement per
+    group commit, their records built in Python: each record is what the row holds, a start
+    again finds the run, and every run is due at once (created_at on SQLite's own clock)."""
+    store = await _store(tmp_path)
+    try:
+        made = await asyncio.gather(*(store.create_run(_new(f"q{i}")) for i in range(100)))
+        for run, created in made:
+            assert created and run.status == "queued" and run.epoch == 0
+            assert await store.get_run(run.thread_id) == run
+        again, created = await store.create_run(_new("q0"))
+        assert not created and again == made[0][0]
+        claimed = await store.claim_runs("w1", "v1", ["a"], 1000, 30.0)
+        assert sorted(r.thread_id for r in claimed) == sorted(r.thread_id for r, _ in made)
+    finally:
+        await store.close()

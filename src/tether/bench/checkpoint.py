@@ -229,6 +229,20 @@ async def w2_floor(runs: int) -> tuple[float, float]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+async def w2_bare(runs: int) -> tuple[float, float]:
+    """The bare asyncio loop for W2: the same `runs` coroutines making the same sleeps, with
+    no persistence at all (under the collector settings a worker of that concurrency runs
+    with). (wall s, CPU s)."""
+    async def one(i: int) -> None:
+        for delay in w2_delays(i):
+            await asyncio.sleep(delay)
+
+    with gc_tuned(runs):
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(one(i) for i in range(runs)))
+        return time.perf_counter() - t0, time.process_time() - cpu0
+
+
 def observed(runtime: tether.Runtime) -> Callable[[], int | None]:
     """$TETHER_BENCH_OBSERVE (comma-separated): "metrics" attaches the Prometheus counters,
     "tracing" the OpenTelemetry observer on an SDK provider whose batch processor exports to
@@ -368,8 +382,13 @@ async def w2(backend: str, runs: int, path: str = "handover") -> list[Result]:
     if os.environ.get("TETHER_BENCH_W2_FLOOR") == "0":  # bench.observe: the floor is not its
         return measured                                 # reference, and it takes a while
     floor_wall, floor_cpu = await w2_floor(runs)
+    bare_wall, bare_cpu = await w2_bare(runs)
     return [
         *measured,
+        Result(backend, "W2", f"bare_wall_over_ideal_{s}", round(bare_wall / ideal, 3), "x"),
+        Result(backend, "W2", f"bare_cpu_s_{s}", round(bare_cpu, 3), "s"),
+        Result(backend, "W2", f"wall_vs_bare_{s}", round(wall / bare_wall, 3), "x"),
+        Result(backend, "W2", f"wall_vs_floor_{s}", round(wall / floor_wall, 3), "x"),
         Result(backend, "W2", f"floor_wall_over_ideal_{s}", round(floor_wall / ideal, 3), "x"),
         Result(backend, "W2", f"floor_cpu_s_{s}", round(floor_cpu, 3), "s"),
         Result(backend, "W2", f"cpu_vs_floor_{s}", round(cpu / floor_cpu, 3), "x"),

@@ -45,6 +45,7 @@ from .migrate import behind_message, latest, queries
 from .plan import ADVANCE, FINISH, StepWakes, step_kind, step_wakes
 from .rows import finished_run, mail_refused, new_run_params, same_run
 from .sessions import SQLiteSessionsPart
+from .sqlite_create import FRESH_WRITES, fresh_insert
 from .sqlite_deploy import SQLiteDeployments
 from .sqlite_io import Fenced, SQLiteConnections, audited
 from .sqlite_retention import SQLiteRetention
@@ -99,8 +100,8 @@ class SQLiteStore(SQLiteSessionsPart):
                               "database")
         self._conns.open(set_sql={
             self._q[name]: self._q[f"{name}_set"]
-            for name in ("insert_journal", "advance_run", "insert_checkpoint", "insert_fresh_run",
-                         "finish_run")})
+            for name in ("insert_journal", "advance_run", "insert_checkpoint", "finish_run",
+                         *FRESH_WRITES)})
         if check_schema:
             current, target = await self.schema_version()
             if current < target:
@@ -151,23 +152,10 @@ class SQLiteStore(SQLiteSessionsPart):
                 raise RunConflict(f"idempotency key {new.idempotency_key!r} is already used")
             return same_run(_run(row), new, "thread_id"), False
 
-        if lease is not None and new.idempotency_key is None and audit is None:
-            # The common start: batched with the others of its group commit, the record built
-            # here (the clock is this machine's either way). A thread_id that exists is left
-            # to `job`.
-            now = time.time()
-            run = RunRecord(
-                new.thread_id, new.agent, new.version, "running", new.node, 0, 1, 0, new.input,
-                new.input_hash, None, lease[0], now + lease[1], 1, None, None, None,
-                new.parent_thread_id, new.forked_from, new.forked_step, now, now,
-                new.trace_context)
-            return cast(tuple[RunRecord, bool], await self._w(Fenced(
-                q["insert_fresh_run"],
-                (new.thread_id, new.agent, new.version, new.node, new.input, new.input_hash,
-                 new.parent_thread_id, new.forked_from, new.forked_step, lease[0],
-                 run.lease_expires_at, now, new.trace_context),
-                "", result=(run, True), fallback=job)))
-        run, created = await self._w(self._audit(job, audit, lambda r: r[1]))
+        # The common start, batched (sqlite_create); an audited one is its own job.
+        fresh = fresh_insert(q, new, lease, job) if audit is None else None
+        run, created = await self._w(
+            fresh if fresh is not None else self._audit(job, audit, lambda r: r[1]))
         if created and lease is None:
             self.work_available.set()
         return run, created

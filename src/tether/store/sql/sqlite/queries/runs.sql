@@ -46,6 +46,28 @@ FROM json_each(?1) AS r
 WHERE true
 ON CONFLICT DO NOTHING;
 
+-- name: insert_queued_run
+-- insert_run's other common case, batched: a run without idempotency key queued for any
+-- worker (no lease). Positional parameters (thread_id, agent, version, node, input,
+-- input_hash, parent_thread_id, forked_from, forked_step, now, trace_context); no row
+-- inserted = the thread_id exists (insert_run then decides).
+INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash,
+                  parent_thread_id, forked_from, forked_step, epoch, attempt, created_at,
+                  updated_at, trace_context, idle_at)
+VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, ?8, ?9, 0, 0, ?10, ?10, ?11, ?10)
+ON CONFLICT DO NOTHING;
+-- name: insert_queued_run_set
+-- insert_queued_run for a whole group commit: ?1 is a JSON array of its parameter lists,
+-- the input blob as a string.
+INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash,
+                  parent_thread_id, forked_from, forked_step, epoch, attempt, created_at,
+                  updated_at, trace_context, idle_at)
+SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, 'queued', r.value ->> 3,
+       CAST(r.value ->> 4 AS BLOB), r.value ->> 5, r.value ->> 6, r.value ->> 7, r.value ->> 8,
+       0, 0, r.value ->> 9, r.value ->> 9, r.value ->> 10, r.value ->> 9
+FROM json_each(?1) AS r
+WHERE true
+ON CONFLICT DO NOTHING;
 -- name: get_run
 SELECT {{run_columns}} FROM runs WHERE thread_id = :thread_id;
 
