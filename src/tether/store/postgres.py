@@ -52,10 +52,11 @@ from .migrate import behind_message
 from .pg_commit import DoneMarks, GroupCommitter
 from .pg_conn import BEGIN, Conn, Params, PgConnections
 from .pg_deploy import PgDeployments
+from .pg_full import FullCommitter
 from .pg_listen import CHANNEL, EFFECTS_CHANNEL, Listener
 from .pg_retention import PgRetention
 from .pg_settle import settle_call, settle_create, settle_done_marks, settle_park, settle_resume, settle_step
-from .pg_steps import add_children, park_params, step_params, step_transaction
+from .pg_steps import add_children, park_params, step_params
 from .plan import FINISH, FULL, RELEASE, SPAWN, step_kind, step_wakes, wakes_workers
 from .rows import finished_run, mail_refused, new_run_params, same_run
 from .sessions import PgSessionsPart
@@ -102,7 +103,7 @@ class PostgresStore(PgSessionsPart):
         self.work_available = asyncio.Event()
         self.effects_available = asyncio.Event()
         self._q = conns.q
-        self._committer = GroupCommitter(conns)
+        self._committer, self._full = GroupCommitter(conns), FullCommitter(conns)
         self._listener = Listener(conns, self.work_available, self.effects_available, debounce)
         self._done_marks = DoneMarks(self.complete_effects, _DONE_BATCH)
         self._fx_after = ""  # where claim_effects' walk over runs stopped (round robin)
@@ -139,6 +140,7 @@ class PostgresStore(PgSessionsPart):
 
     async def close(self) -> None:
         await self._listener.close()
+        await self._full.close()
         await self._committer.close()  # gives the writers' connections back to the pool
         await self._conns.close()
 
@@ -299,9 +301,7 @@ class PostgresStore(PgSessionsPart):
         kind = step_kind(commit)
         if kind is FULL:
             wakes = step_wakes(commit)
-            body, commits = step_transaction(self._q, commit, wakes)
-            await settle_step(self._conns,
-                              lambda: self._conns.transaction(body, body_commits=commits), commit)
+            await settle_step(self._conns, lambda: self._full.commit(commit, wakes), commit)
             if wakes.workers:
                 self.work_available.set()
             if wakes.dispatchers:

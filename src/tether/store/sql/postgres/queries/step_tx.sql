@@ -14,6 +14,18 @@ WHERE thread_id = ANY(%(ids)s::text[])
 ORDER BY thread_id
 FOR NO KEY UPDATE;
 
+-- name: lock_runs_many
+-- lock_runs for many steps' transactions sharing one commit (pg_full.py): every run row
+-- they touch (the runs, their recipients, the parents of those that finish), in thread_id
+-- order, in one statement.
+SELECT thread_id, epoch, status FROM runs
+WHERE thread_id IN (SELECT unnest(%(ids)s::text[])
+                    UNION
+                    SELECT parent_thread_id FROM runs
+                    WHERE thread_id = ANY(%(terminal)s::text[]) AND parent_thread_id IS NOT NULL)
+ORDER BY thread_id
+FOR NO KEY UPDATE;
+
 -- name: effect_keys_taken
 -- Which of a step's effect keys the run already used (explicit keys must be unique per run).
 SELECT key FROM outbox WHERE thread_id = %(thread_id)s AND key = ANY(%(keys)s::text[]);
@@ -116,6 +128,59 @@ woke AS MATERIALIZED (
 ),
 fx AS MATERIALIZED (SELECT pg_notify('tether_effects', '')
                     WHERE %(effects)s::boolean AND EXISTS (SELECT 1 FROM ok))
+SELECT (SELECT count(*) FROM woke), (SELECT count(*) FROM fx);
+
+-- name: wake_after_commit_many
+-- wake_after_commit for many steps' transactions sharing one commit (pg_full.py), once,
+-- after all their commit_step_tx: the steps come as one array per field, the mail as
+-- (sender, recipient) pairs. Only steps that committed (ok) wake anyone. It sees every
+-- step of the batch, so a run of the batch that parks for mail is woken here by mail a
+-- batch-mate sent it (wm), as by mail that waited before (rq). The three updates touch
+-- different rows (recipients; parkers that are not recipients; parents in join).
+WITH s AS MATERIALIZED (
+    SELECT * FROM unnest(%(thread_ids)s::text[], %(epochs)s::bigint[], %(steps)s::bigint[],
+                         %(parent)s::boolean[], %(mail)s::boolean[], %(notify)s::boolean[],
+                         %(effects)s::boolean[])
+        AS x(thread_id, epoch, step, parent, mail, notify, effects)
+),
+ok AS MATERIALIZED (
+    SELECT s.thread_id, s.parent, s.mail, s.notify, s.effects, r.parent_thread_id, r.version
+    FROM s JOIN runs r ON r.thread_id = s.thread_id AND r.epoch = s.epoch AND r.step = s.step
+),
+rc AS MATERIALIZED (
+    SELECT DISTINCT x.recipient
+    FROM unnest(%(senders)s::text[], %(recipients)s::text[]) AS x(sender, recipient)
+    WHERE x.sender IN (SELECT thread_id FROM ok)
+),
+wm AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL,
+                    updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id IN (SELECT recipient FROM rc) AND status = 'waiting' AND waiting_for = 'mail'
+    RETURNING version
+),
+rq AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL
+    WHERE thread_id IN (SELECT thread_id FROM ok WHERE mail)
+      AND thread_id NOT IN (SELECT recipient FROM rc)
+      AND status = 'waiting' AND waiting_for = 'mail'
+      AND EXISTS (SELECT 1 FROM mailbox m
+                  WHERE m.thread_id = runs.thread_id AND m.consumed_step IS NULL)
+    RETURNING version
+),
+wp AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL,
+                    updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id IN (SELECT parent_thread_id FROM ok WHERE parent)
+      AND status = 'waiting' AND waiting_for = 'join'
+    RETURNING version
+),
+woke AS MATERIALIZED (
+    SELECT pg_notify('tether_work', v.version)
+    FROM (SELECT version FROM wm UNION SELECT version FROM rq UNION SELECT version FROM wp
+          UNION SELECT version FROM ok WHERE notify) v
+),
+fx AS MATERIALIZED (SELECT pg_notify('tether_effects', '')
+                    WHERE EXISTS (SELECT 1 FROM ok WHERE effects))
 SELECT (SELECT count(*) FROM woke), (SELECT count(*) FROM fx);
 
 -- name: fail_step_final
