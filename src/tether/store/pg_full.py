@@ -26,10 +26,12 @@ members are read first), always take their own transaction.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 from collections import deque
 from typing import Final
 
+import orjson
 import psycopg
 from psycopg.rows import TupleRow
 
@@ -149,27 +151,39 @@ class FullCommitter:
             ids.update(wake["recipients"])
             if wakes.terminal:
                 terminal.append(commit.lease.thread_id)
+        many = _many([params for params, _ in plans])
         async with self._conns.pool().connection() as conn:
+            failure: psycopg.Error | None = None
             try:
-                async with conn.pipeline():
-                    await conn.execute(BEGIN)
-                    c_lock = await conn.execute(q["lock_runs_many"], {
-                        "ids": sorted(ids), "terminal": terminal})
-                    cursors = []
-                    for (commit, _, _), (params, _) in zip(batch, plans, strict=True):
-                        c_taken = (await conn.execute(q["effect_keys_taken"], {
-                            "thread_id": commit.lease.thread_id, "keys": params["e_keys"]})
-                            if commit.effects else None)
-                        c_step = await conn.execute(q["commit_step_tx"], params)
-                        cursors.append((c_taken, c_step))
-                    await conn.execute(q["wake_after_commit_many"], _wakes(plans))
-                    await conn.execute(b"COMMIT")
+                try:
+                    async with conn.pipeline():
+                        try:
+                            await conn.execute(BEGIN)
+                            c_lock = await conn.execute(q["lock_runs_many"], {
+                                "ids": _json(sorted(ids)), "terminal": _json(terminal)})
+                            c_taken = (await conn.execute(q["effect_keys_taken_many"], {
+                                "effects": many["effects"]})
+                                if any(c.effects for c, _, _ in batch) else None)
+                            c_steps = await conn.execute(q["commit_steps_tx"], many)
+                            await conn.execute(q["wake_after_commit_many"], _wakes(plans))
+                            await conn.execute(b"COMMIT")
+                        except psycopg.Error as exc:  # caught in here, or psycopg logs it
+                            failure = exc
+                except psycopg.Error:
+                    if failure is None:
+                        raise
+                if failure is not None:  # (the pipeline's exit only says "pipeline aborted")
+                    raise failure
             except BaseException:
                 await rollback(conn)
                 raise
             locked = {r[0]: r for r in await c_lock.fetchall()}
-            return [(locked, await c_taken.fetchall() if c_taken is not None else [],
-                     c_step.rowcount >= 1) for c_taken, c_step in cursors]
+            taken: dict[str, list[TupleRow]] = {}
+            for row in await c_taken.fetchall() if c_taken is not None else []:
+                taken.setdefault(row[0], []).append((row[1],))
+            done = {r[0] for r in await c_steps.fetchall()}
+        return [(locked, taken.get(tid, []), tid in done)
+                for tid in (commit.lease.thread_id for commit, _, _ in batch)]
 
     async def close(self) -> None:
         """Wait for the transactions in flight (their callers are told)."""
@@ -177,15 +191,58 @@ class FullCommitter:
             await asyncio.wait(list(self._tasks))
 
 
-def _wakes(plans: list[tuple[Params, Params]]) -> Params:
+_STEP_FIELDS: Final = ("thread_id", "epoch", "step", "node", "next_node", "kind", "data",
+                        "worker", "attempt", "started_at", "finished_at", "status", "wake_at",
+                        "waiting_for", "ttl")
+_CHILD_FIELDS: Final = ("thread_id", "agent", "version", "node", "input", "input_hash",
+                        "idempotency_key", "parent_thread_id", "forked_from", "forked_step")
+# commit_steps_tx's other parameters: (its name, its rows' fields and commit_step_tx's
+# arrays each is taken from)
+_CARRIED: Final = (
+    ("children", tuple((f, "c_" + f) for f in _CHILD_FIELDS)),
+    ("groups", (("group_name", "g_names"), ("role", "g_roles"))),
+    ("consumed", (("id", "consumed"),)),
+    ("mail", (("recipient", "m_recipients"), ("message", "m_messages"))),
+    ("effects", (("key", "e_keys"), ("idx", "e_idxs"), ("name", "e_names"),
+                 ("payload", "e_payloads"), ("compensable", "e_compensables"))),
+    ("direct", (("recipient", "direct"),)),
+)
+
+
+def _json(rows: object) -> str:
+    """One JSON parameter (orjson: one C call, where psycopg would dump an array per column
+    element by element), bytes as base64 (the statements decode them)."""
+    return orjson.dumps(rows, default=_base64).decode()
+
+
+def _base64(value: object) -> str:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _many(steps: list[Params]) -> dict[str, str]:
+    """commit_steps_tx's parameters from each step's commit_step_tx's: the steps' rows, and
+    what they carry, each row with its owner's thread_id."""
+    out = {"steps": _json([{f: p[f] for f in _STEP_FIELDS} for p in steps])}
+    for name, fields in _CARRIED:
+        rows: list[dict[str, object]] = []
+        for p in steps:
+            owner = p["thread_id"]
+            columns = [p[key] for _, key in fields]
+            rows.extend({"owner": owner, **{f: v for (f, _), v in zip(fields, values, strict=True)}}
+                        for values in zip(*columns, strict=True))
+        out[name] = _json(rows)
+    return out
+
+
+def _wakes(plans: list[tuple[Params, Params]]) -> dict[str, str]:
     """wake_after_commit_many's parameters from each step's wake_after_commit's."""
     wakes = [wake for _, wake in plans]
-    out: Params = {name: [w[key] for w in wakes] for name, key in (
-        ("thread_ids", "thread_id"), ("epochs", "epoch"), ("steps", "step"),
-        ("parent", "parent"), ("mail", "mail"), ("notify", "notify"), ("effects", "effects"))}
-    out["senders"] = [w["thread_id"] for w in wakes for _ in w["recipients"]]
-    out["recipients"] = [r for w in wakes for r in w["recipients"]]
-    return out
+    return {"steps": _json([{f: w[f] for f in ("thread_id", "epoch", "step", "parent", "mail",
+                                                "notify", "effects")} for w in wakes]),
+            "mail": _json([{"sender": w["thread_id"], "recipient": r}
+                           for w in wakes for r in w["recipients"]])}
 
 
 def _done(fut: asyncio.Future[None]) -> None:
