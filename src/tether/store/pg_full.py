@@ -65,6 +65,8 @@ class FullCommitter:
         self._tasks: set[asyncio.Task[None]] = set()
         self.batches = 0
         """Transactions that committed more than one step (for tests and benches)."""
+        self.transactions = 0
+        """Transactions sent for FULL steps, alone or together (for tests and benches)."""
 
     async def commit(self, commit: StepCommit, wakes: StepWakes) -> None:
         if not batchable(commit, wakes):
@@ -76,6 +78,7 @@ class FullCommitter:
         await fut
 
     async def alone(self, commit: StepCommit, wakes: StepWakes) -> None:
+        self.transactions += 1
         body, commits = step_transaction(self._conns.q, commit, wakes)
         await self._conns.transaction(body, body_commits=commits)
 
@@ -113,6 +116,7 @@ class FullCommitter:
 
     async def _batch(self, batch: list[_Job]) -> None:
         conns = self._conns
+        self.transactions += 1
         try:
             outcomes = await self._transaction(batch)
         except psycopg.Error as exc:
