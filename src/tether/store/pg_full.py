@@ -43,14 +43,24 @@ from .plan import StepWakes
 
 log = logging.getLogger("tether.store.postgres")
 
+_ALONE_ABOVE: Final = 50  # rows a step writes above which it commits alone
+_BATCH_ROWS: Final = 2000  # rows a shared transaction writes at most (it takes steps until)
 FLUSHERS: Final = 2  # FULL-step transactions at the server at once (one is built meanwhile)
 _Job = tuple[StepCommit, StepWakes, "asyncio.Future[None]"]
 
 
+def _size(commit: StepCommit) -> int:
+    """The rows a step writes, roughly: its own, its children, its mail and its effects."""
+    return 1 + len(commit.children) + len(commit.messages) + len(commit.effects)
+
+
 def batchable(commit: StepCommit, wakes: StepWakes) -> bool:
     """Whether a FULL step may share its transaction: no transactional effect to run in it,
-    no group message (its members are read in the transaction first)."""
-    return not wakes.groups and all(e.apply is None for e in commit.effects)
+    no group message (its members are read in the transaction first), and small (a step
+    that spawns or mails hundreds is a batch of its own; shared, it would hold up the
+    commit of its batch-mates, e.g. the group memberships others are about to publish to)."""
+    return (not wakes.groups and _size(commit) <= _ALONE_ABOVE
+            and all(e.apply is None for e in commit.effects))
 
 
 class FullCommitter:
@@ -85,7 +95,11 @@ class FullCommitter:
     def _kick(self) -> None:
         queue = self._queue
         while queue and self._in_flight < FLUSHERS:
-            batch = [queue.popleft() for _ in range(min(len(queue), MAX_BATCH))]
+            batch = [queue.popleft()]
+            rows = _size(batch[0][0])
+            while queue and len(batch) < MAX_BATCH and rows + _size(queue[0][0]) <= _BATCH_ROWS:
+                rows += _size(queue[0][0])
+                batch.append(queue.popleft())
             self._in_flight += 1
             task = asyncio.create_task(self._flush(batch), name="tether-pg-full-commit")
             self._tasks.add(task)
