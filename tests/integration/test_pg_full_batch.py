@@ -204,3 +204,32 @@ async def test_actors_woken_by_mail_commit_in_few_transactions(pg_url: str) -> N
         await rt.close()
     # One transaction per actor before; claimed a few hundred at a time, they share them.
     assert spent <= n // 10, spent
+
+
+async def test_sends_made_together_share_transactions(store: PostgresStore) -> None:
+    """runtime.send's path (pg_send.py): sends made at once share transactions; each gets
+    its message id, in the order sent to each run; a send to an unknown or finished run
+    fails alone and writes nothing; parked recipients are woken."""
+    parked, done, busy, *others = await _leased(store, [f"s{i:02d}" for i in range(23)])
+    await store.commit_step(_step(parked, 1, "waiting", waiting_for="mail"))
+    await store.commit_step(_step(done, 1, "completed"))
+    before = store._sends.transactions
+    # The first two go alone; the rest queue behind them and share transactions.
+    sends = [(busy.thread_id, -1), (busy.thread_id, -2), (parked.thread_id, 0), ("nobody", 1),
+             (done.thread_id, 2), (parked.thread_id, 3)]
+    sends += [(le.thread_id, 10 + i) for i, le in enumerate(others)] + [(parked.thread_id, 4)]
+    out = await asyncio.gather(*(store.send_message(t, orjson.dumps({"n": n}), "me")
+                                 for t, n in sends), return_exceptions=True)
+    assert store._sends.transactions - before < len(sends) // 2
+    got = out[2:]
+    assert isinstance(got[1], RunNotFound)
+    assert isinstance(got[2], tether.InvalidState)
+    assert all(isinstance(g, int) for i, g in enumerate(out) if i not in (3, 4)), out
+    inbox = await store.load_inbox(parked.thread_id)
+    assert [orjson.loads(m.message)["n"] for m in inbox] == [0, 3, 4]
+    assert [m.id for m in inbox] == [got[0], got[3], got[-1]]
+    assert await _status(store, parked.thread_id) == ("queued", None)
+    assert await store.load_inbox(done.thread_id) == []
+    for i, le in enumerate(others):
+        [m] = await store.load_inbox(le.thread_id)
+        assert (m.id, m.sender, orjson.loads(m.message)) == (got[4 + i], "me", {"n": 10 + i})

@@ -178,7 +178,7 @@ class FullCommitter:
                         try:
                             await conn.execute(BEGIN)
                             c_lock = await conn.execute(q["lock_runs_many"], {
-                                "ids": _json(sorted(ids)), "terminal": _json(terminal)})
+                                "ids": json_param(sorted(ids)), "terminal": json_param(terminal)})
                             c_taken = (await conn.execute(q["effect_keys_taken_many"], {
                                 "effects": many["effects"]})
                                 if any(c.effects for c, _, _ in batch) else None)
@@ -227,7 +227,7 @@ _CARRIED: Final = (
 )
 
 
-def _json(rows: object) -> str:
+def json_param(rows: object) -> str:
     """One JSON parameter (orjson: one C call, where psycopg would dump an array per column
     element by element), bytes as base64 (the statements decode them)."""
     return orjson.dumps(rows, default=_base64).decode()
@@ -242,7 +242,7 @@ def _base64(value: object) -> str:
 def _many(steps: list[Params]) -> dict[str, str]:
     """commit_steps_tx's parameters from each step's commit_step_tx's: the steps' rows, and
     what they carry, each row with its owner's thread_id."""
-    out = {"steps": _json([{f: p[f] for f in _STEP_FIELDS} for p in steps])}
+    out = {"steps": json_param([{f: p[f] for f in _STEP_FIELDS} for p in steps])}
     for name, fields in _CARRIED:
         rows: list[dict[str, object]] = []
         for p in steps:
@@ -250,16 +250,16 @@ def _many(steps: list[Params]) -> dict[str, str]:
             columns = [p[key] for _, key in fields]
             rows.extend({"owner": owner, **{f: v for (f, _), v in zip(fields, values, strict=True)}}
                         for values in zip(*columns, strict=True))
-        out[name] = _json(rows)
+        out[name] = json_param(rows)
     return out
 
 
 def _wakes(plans: list[tuple[Params, Params]]) -> dict[str, str]:
     """wake_after_commit_many's parameters from each step's wake_after_commit's."""
     wakes = [wake for _, wake in plans]
-    return {"steps": _json([{f: w[f] for f in ("thread_id", "epoch", "step", "parent", "mail",
+    return {"steps": json_param([{f: w[f] for f in ("thread_id", "epoch", "step", "parent", "mail",
                                                 "notify", "effects")} for w in wakes]),
-            "mail": _json([{"sender": w["thread_id"], "recipient": r}
+            "mail": json_param([{"sender": w["thread_id"], "recipient": r}
                            for w in wakes for r in w["recipients"]])}
 
 
