@@ -10,8 +10,8 @@ processes) in a fresh process with PYTHONPATH set to that checkout's src/, on a 
 database on $TETHER_BENCH_PG, default postgresql://postgres@127.0.0.1:5432), the order within
 a pair alternating. The script checks that every result was counted once and exits non-zero
 otherwise (then so does this). Prints each run's wall time, then per (store, processes) the
-median of each side, after/before, and the messages per second; last, each store's rate over
-SQLite's with one process, measured in the same run.
+median of each side, after/before, the messages per second, each store's rate over SQLite's
+with one process (measured in the same run) and the CPU seconds the worker processes used.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ def run_once(checkout: Path, backend: str, agents: int, workers: int, kill: int)
             fig = ast.literal_eval(out.stdout.strip().splitlines()[-1])
         finally:
             _drop(name)
-    return {"wall_s": float(fig["wall_s"]), "messages_per_s": float(fig["messages_per_s"])}
+    return {"wall_s": float(fig["wall_s"]), "messages_per_s": float(fig["messages_per_s"]),
+            "cpu_s": sum(float(w.get("cpu_s", 0)) for w in fig.get("workers", []))}
 
 
 def main(argv: list[str]) -> int:
@@ -92,11 +93,12 @@ def main(argv: list[str]) -> int:
                 fig = run_once(checkout, backend, args.agents, workers, args.kill)
                 got.setdefault((backend, workers, side), []).append(fig)
                 console.print(f"pair {i + 1} {backend} x{workers} {side}: {fig['wall_s']:.1f} s "
-                              f"({fig['messages_per_s']:,.0f} messages/s)")
+                              f"({fig['messages_per_s']:,.0f} messages/s, worker CPU "
+                              f"{fig['cpu_s']:.1f} s)")
     table = Table(title=f"megaagent, {args.agents:,} agents (kill {args.kill}), "
                         f"medians of {args.pairs} interleaved pairs")
     for col in ("store", "processes", "before s", "after s", "after/before",
-                "after messages/s", "after vs sqlite x1"):
+                "after messages/s", "after vs sqlite x1", "after worker CPU s"):
         table.add_column(col)
 
     def med(backend: str, workers: int, side: str, key: str) -> float:
@@ -109,7 +111,8 @@ def main(argv: list[str]) -> int:
         rate = med(backend, workers, "after", "messages_per_s")
         table.add_row(backend, str(workers), f"{before:.1f}", f"{after:.1f}",
                       f"{after / before:.2f}x", f"{rate:,.0f}",
-                      f"{rate / ref:.2f}x" if ref else "")
+                      f"{rate / ref:.2f}x" if ref else "",
+                      f"{med(backend, workers, 'after', 'cpu_s'):.1f}")
     Console(width=120).print(table)
     return 0
 

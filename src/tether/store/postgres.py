@@ -1,8 +1,9 @@
 """Postgres store: any number of workers on any number of machines share one database.
 
-PostgresStore owns three parts, each with a small interface: the connections (pg_conn.py:
-settings, pool, error translation, reads, transactions), the group committer of the
-one-statement writes (pg_commit.py) and the LISTEN/NOTIFY listener (pg_listen.py); this
+PostgresStore owns five parts, each with a small interface: the connections (pg_conn.py:
+settings, pool, error translation, reads, transactions), the group committers of the
+one-statement writes (pg_commit.py), of the steps that carry mail (pg_full.py) and of
+runtime.send (pg_send.py), and the LISTEN/NOTIFY listener (pg_listen.py); this
 module holds the Store protocol's methods on top of them, and pg_steps.py how a step's
 writes are said in SQL.
 
