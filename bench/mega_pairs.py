@@ -6,12 +6,13 @@ goal 7: Postgres at least SQLite's rate with one process, and faster with two).
                                [--backends sqlite,postgres] [--workers 1,2] [--kill 0]
 
 Each run is the example's script (this checkout's, which hands PYTHONPATH on to its worker
-processes) in a fresh process with PYTHONPATH set to that checkout's src/, on a fresh database (a file in a temporary directory, or a new Postgres
-database on $TETHER_BENCH_PG, default postgresql://postgres@127.0.0.1:5432), the order within
-a pair alternating. The script checks that every result was counted once and exits non-zero
-otherwise (then so does this). Prints each run's wall time, then per (store, processes) the
-median of each side, after/before, the messages per second, each store's rate over SQLite's
-with one process (measured in the same run) and the CPU seconds the worker processes used.
+processes) in a fresh process with PYTHONPATH set to that checkout's src/, on a fresh
+database (a file in a temporary directory, or a new Postgres database on $TETHER_BENCH_PG,
+default postgresql://postgres@127.0.0.1:5432), the order within a pair alternating. The
+script checks that every result was counted once and exits non-zero otherwise (then so does
+this). Prints each run's wall time, then per (store, processes) the median of each side,
+after/before, the messages per second, each store's rate over SQLite's with one process
+(measured in the same run) and the CPU seconds the worker processes used.
 """
 
 from __future__ import annotations
