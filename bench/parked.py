@@ -190,7 +190,8 @@ async def mail(url: str, n: int, picks: int, workers: int, way: str,
             (before,) = (await counts.get(f"SELECT 'x', sum(step) FROM runs WHERE thread_id IN ({ids})"
                                           )).values()
             done_q = (f"SELECT 'x', CASE WHEN sum(step) >= {before + picks} AND "
-                      f"bool_and(status = 'waiting') THEN count(*) ELSE 0 END FROM runs "
+                      f"sum(CASE WHEN status = 'waiting' THEN 0 ELSE 1 END) = 0 THEN count(*) ELSE 0 END "
+                      f"FROM runs "
                       f"WHERE thread_id IN ({ids})")
             began = time.perf_counter()
             if way == "api":

@@ -52,7 +52,9 @@ class WorkerProcess:
 
     def __init__(self, slot: int, db: str, concurrency: int, lease_ttl: float,
                  pool_timeout: float) -> None:
-        env = {**os.environ, "MEGA_DB": db, "PYTHONPATH": HERE, "MEGA_LEASE_TTL": str(lease_ttl),
+        # (the caller's PYTHONPATH kept after ours: a checkout's src/ runs in the workers too)
+        path = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "MEGA_DB": db, "PYTHONPATH": path, "MEGA_LEASE_TTL": str(lease_ttl),
                "MEGA_PG_POOL_TIMEOUT": str(pool_timeout)}
         self.slot = slot
         self.started = time.perf_counter()

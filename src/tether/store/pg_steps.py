@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Final
 
 import orjson
+from psycopg.rows import TupleRow
 
 from ..errors import DuplicateEffectKey, EffectError, LeaseLost, RunNotFound
 from .base import SLEEP_CALL, Lease, NewRun, Park, StepCommit
@@ -66,18 +67,9 @@ def add_children(params: Params, children: Sequence[NewRun]) -> None:
         params["c_" + name] = [getattr(child, name) for child in children]
 
 
-def step_transaction(q: dict[str, bytes], commit: StepCommit, wakes: StepWakes
-                     ) -> tuple[TxBody[None], bool]:
-    """A FULL step (plan.py), with its checks and wake-ups `wakes`: one transaction that
-    locks every run row it touches first (lock_runs), then writes (commit_step_tx), then
-    wakes (wake_after_commit), in three statements and as few round trips. Unless a
-    transactional effect must run in it, the COMMIT goes in the same pipeline: one round
-    trip, so the locks on the rows of the run's recipients are held for one round trip,
-    not two. That is safe because a step that must not commit (lease lost, an effect key
-    used before, an unknown recipient) writes nothing: commit_step_tx and
-    wake_after_commit check it on the server; the results read afterwards say which
-    error to raise. (body, whether it commits)."""
-    tid = commit.lease.thread_id
+def full_params(commit: StepCommit, wakes: StepWakes) -> Params:
+    """commit_step_tx's parameters but the mail (sent_mail adds it, once the groups' members
+    are known)."""
     params = step_params(commit)
     add_children(params, commit.children)
     roles = dict(commit.groups)  # the last role given for a group wins
@@ -90,9 +82,67 @@ def step_transaction(q: dict[str, bytes], commit: StepCommit, wakes: StepWakes
     params["e_payloads"] = [e.payload for e in effects]
     params["e_statuses"] = ["pending" if e.apply is None else "done" for e in effects]
     params["e_compensables"] = [e.compensable for e in effects]
+    params["direct"] = list(wakes.direct)
+    return params
+
+
+def sent_mail(commit: StepCommit, wakes: StepWakes, params: Params,
+              members: dict[str, list[str]]) -> Params:
+    """Adds the step's mail to `params` (each group message to every member in `members`);
+    the parameters of its wake_after_commit."""
+    sent = [(rcpt, m.message) for m in commit.messages
+            for rcpt in ([m.recipient] if m.recipient is not None
+                         else members.get(m.group or "", []))]
+    params["m_recipients"] = [rcpt for rcpt, _ in sent]
+    params["m_messages"] = [message for _, message in sent]
+    return {"recipients": sorted({rcpt for rcpt, _ in sent}),
+            "thread_id": commit.lease.thread_id, "epoch": params["epoch"],
+            "step": params["step"], "parent": wakes.terminal,
+            "mail": wakes.mail_requeue, "notify": wakes.announce,
+            "effects": wakes.dispatchers}
+
+
+def full_outcome(commit: StepCommit, wakes: StepWakes, locked: dict[str, TupleRow],
+                 taken: list[TupleRow], committed: bool) -> None:
+    """Raises what kept a FULL step from committing (its transaction committed or not, the
+    step wrote nothing then), from the rows lock_runs locked, the effect keys found taken and
+    whether commit_step_tx wrote the step. The lease first: a worker that lost the race for
+    this step to the run's new holder finds the effect keys that holder wrote; that is a lost
+    lease, not a key used twice by the run's own code."""
+    tid = commit.lease.thread_id
+    own = locked.get(tid)
+    lost = LeaseLost(f"run {tid!r}: lease lost; step {commit.step} not committed")
+    if own is None or own[1] != commit.lease.epoch or own[2] != "running":
+        raise lost
+    if committed:
+        return
+    if taken:
+        raise DuplicateEffectKey(
+            f"run {tid!r}: effect key {taken[0][0]!r} was already used "
+            "in this run; explicit effect keys must be unique within a run")
+    if missing := [r for r in wakes.direct if r not in locked]:
+        raise RunNotFound(f"run {tid!r} sent a message to unknown thread_id "
+                          f"{missing[0]!r}")
+    raise lost  # no check above explains it
+
+
+def step_transaction(q: dict[str, bytes], commit: StepCommit, wakes: StepWakes
+                     ) -> tuple[TxBody[None], bool]:
+    """A FULL step (plan.py), with its checks and wake-ups `wakes`: one transaction that
+    locks every run row it touches first (lock_runs), then writes (commit_step_tx), then
+    wakes (wake_after_commit), in three statements and as few round trips. Unless a
+    transactional effect must run in it, the COMMIT goes in the same pipeline: one round
+    trip, so the locks on the rows of the run's recipients are held for one round trip,
+    not two. That is safe because a step that must not commit (lease lost, an effect key
+    used before, an unknown recipient) writes nothing: commit_step_tx and
+    wake_after_commit check it on the server; the results read afterwards say which
+    error to raise (full_outcome). (body, whether it commits). Many such steps of
+    different runs share one transaction through pg_full.py."""
+    tid = commit.lease.thread_id
+    params = full_params(commit, wakes)
+    effects = commit.effects
     applied = [e for e in effects if e.apply is not None]
-    terminal, direct, groups = wakes.terminal, wakes.direct, list(wakes.groups)
-    params["direct"] = list(direct)
+    groups = list(wakes.groups)
 
     async def body(conn: Conn) -> None:
         members: dict[str, list[str]] = {}
@@ -103,44 +153,21 @@ def step_transaction(q: dict[str, bytes], commit: StepCommit, wakes: StepWakes
                                          {"groups": groups, "thread_id": tid})
             for group, member in await cur.fetchall():
                 members.setdefault(group, []).append(member)
-        sent = [(rcpt, m.message) for m in commit.messages
-                for rcpt in ([m.recipient] if m.recipient is not None
-                             else members.get(m.group or "", []))]
-        params["m_recipients"] = [rcpt for rcpt, _ in sent]
-        params["m_messages"] = [message for _, message in sent]
-        recipients = sorted({rcpt for rcpt, _ in sent})
-        wake = {"recipients": recipients, "thread_id": tid, "epoch": params["epoch"],
-                "step": params["step"], "parent": terminal,
-                "mail": wakes.mail_requeue, "notify": wakes.announce,
-                "effects": wakes.dispatchers}
+        wake = sent_mail(commit, wakes, params, members)
         async with conn.pipeline():
             if not groups:
                 await conn.execute(BEGIN)
             c_lock = await conn.execute(q["lock_runs"], {
-                "ids": [tid, *recipients], "thread_id": tid, "parent": terminal})
+                "ids": [tid, *wake["recipients"]], "thread_id": tid, "parent": wakes.terminal})
             c_taken = (await conn.execute(q["effect_keys_taken"], {
                 "thread_id": tid, "keys": params["e_keys"]}) if effects else None)
             c_step = await conn.execute(q["commit_step_tx"], params)
             if not applied:
                 await conn.execute(q["wake_after_commit"], wake)
                 await conn.execute(b"COMMIT")
-        # The lease first: a worker that lost the race for this step to the run's new
-        # holder finds the effect keys that holder wrote; that is a lost lease, not a key
-        # used twice by the run's own code.
         locked = {r[0]: r for r in await c_lock.fetchall()}
-        own = locked.get(tid)
-        lost = LeaseLost(f"run {tid!r}: lease lost; step {commit.step} not committed")
-        if own is None or own[1] != params["epoch"] or own[2] != "running":
-            raise lost
-        if c_taken is not None and (taken := await c_taken.fetchall()):
-            raise DuplicateEffectKey(
-                f"run {tid!r}: effect key {taken[0][0]!r} was already used "
-                "in this run; explicit effect keys must be unique within a run")
-        if missing := [r for r in direct if r not in locked]:
-            raise RunNotFound(f"run {tid!r} sent a message to unknown thread_id "
-                              f"{missing[0]!r}")
-        if c_step.rowcount < 1:  # no check above explains it
-            raise lost
+        taken = await c_taken.fetchall() if c_taken is not None else []
+        full_outcome(commit, wakes, locked, taken, c_step.rowcount >= 1)
         for e in applied:
             assert e.apply is not None
             try:

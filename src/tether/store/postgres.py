@@ -1,8 +1,9 @@
 """Postgres store: any number of workers on any number of machines share one database.
 
-PostgresStore owns three parts, each with a small interface: the connections (pg_conn.py:
-settings, pool, error translation, reads, transactions), the group committer of the
-one-statement writes (pg_commit.py) and the LISTEN/NOTIFY listener (pg_listen.py); this
+PostgresStore owns five parts, each with a small interface: the connections (pg_conn.py:
+settings, pool, error translation, reads, transactions), the group committers of the
+one-statement writes (pg_commit.py), of the steps that carry mail (pg_full.py) and of
+runtime.send (pg_send.py), and the LISTEN/NOTIFY listener (pg_listen.py); this
 module holds the Store protocol's methods on top of them, and pg_steps.py how a step's
 writes are said in SQL.
 
@@ -23,7 +24,7 @@ from typing import Any, Final
 
 from psycopg.rows import TupleRow
 
-from ..errors import LeaseLost, RunConflict, RunNotFound, SchemaError, StoreUnavailable
+from ..errors import LeaseLost, RunConflict, SchemaError, StoreUnavailable
 from .base import (
     COMPENSATION_STEP,
     INTERRUPT_CALL,
@@ -52,12 +53,14 @@ from .migrate import behind_message
 from .pg_commit import DoneMarks, GroupCommitter
 from .pg_conn import BEGIN, Conn, Params, PgConnections
 from .pg_deploy import PgDeployments
+from .pg_full import FullCommitter
 from .pg_listen import CHANNEL, EFFECTS_CHANNEL, Listener
 from .pg_retention import PgRetention
+from .pg_send import Sends
 from .pg_settle import settle_call, settle_create, settle_done_marks, settle_park, settle_resume, settle_step
-from .pg_steps import add_children, park_params, step_params, step_transaction
+from .pg_steps import add_children, park_params, step_params
 from .plan import FINISH, FULL, RELEASE, SPAWN, step_kind, step_wakes, wakes_workers
-from .rows import finished_run, mail_refused, new_run_params, same_run
+from .rows import finished_run, new_run_params, same_run
 from .sessions import PgSessionsPart
 
 __all__ = ["CHANNEL", "EFFECTS_CHANNEL", "PostgresStore"]
@@ -102,7 +105,8 @@ class PostgresStore(PgSessionsPart):
         self.work_available = asyncio.Event()
         self.effects_available = asyncio.Event()
         self._q = conns.q
-        self._committer = GroupCommitter(conns)
+        self._committer, self._full = GroupCommitter(conns), FullCommitter(conns)
+        self._sends = Sends(conns, self.work_available)
         self._listener = Listener(conns, self.work_available, self.effects_available, debounce)
         self._done_marks = DoneMarks(self.complete_effects, _DONE_BATCH)
         self._fx_after = ""  # where claim_effects' walk over runs stopped (round robin)
@@ -139,6 +143,8 @@ class PostgresStore(PgSessionsPart):
 
     async def close(self) -> None:
         await self._listener.close()
+        await self._full.close()
+        await self._sends.close()
         await self._committer.close()  # gives the writers' connections back to the pool
         await self._conns.close()
 
@@ -299,9 +305,7 @@ class PostgresStore(PgSessionsPart):
         kind = step_kind(commit)
         if kind is FULL:
             wakes = step_wakes(commit)
-            body, commits = step_transaction(self._q, commit, wakes)
-            await settle_step(self._conns,
-                              lambda: self._conns.transaction(body, body_commits=commits), commit)
+            await settle_step(self._conns, lambda: self._full.commit(commit, wakes), commit)
             if wakes.workers:
                 self.work_available.set()
             if wakes.dispatchers:
@@ -425,29 +429,7 @@ class PostgresStore(PgSessionsPart):
         self, thread_id: str, message: bytes, sender: str | None = None,
         audit: Audit | None = None,
     ) -> int:
-        q = self._q
-
-        async def body(conn: Conn) -> int:
-            async with conn.pipeline():
-                await conn.execute(BEGIN)
-                await conn.execute(q["lock_runs"], {
-                    "ids": [thread_id], "thread_id": thread_id, "parent": False})
-                cur = await conn.execute(q["send_message"], {
-                    "thread_id": thread_id, "sender": sender, "message": message})
-            row = await cur.fetchone()
-            if row is None:
-                cur = await conn.execute(q["get_run"], {"thread_id": thread_id})
-                found = await cur.fetchone()
-                if found is None:
-                    raise RunNotFound(f"no run with thread_id {thread_id!r}")
-                raise mail_refused(thread_id, _run(found).status)
-            if audit is not None:
-                await conn.execute(q["insert_audit"], audit.params())
-            return int(row[0])
-
-        mid = await self._conns.transaction(body)
-        self.work_available.set()
-        return mid
+        return await self._sends.send(thread_id, message, sender, audit)  # (pg_send.py)
 
     async def load_inbox(self, thread_id: str, limit: int = 1000) -> list[MessageRecord]:
         rows = await self._conns.hot_read(

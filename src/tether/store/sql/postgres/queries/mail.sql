@@ -19,6 +19,33 @@ w AS (
 woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM w)
 SELECT m.id, (SELECT count(*) FROM woke) FROM m;
 
+-- name: send_messages
+-- send_message for many (pg_send.py), in a transaction that locked the recipients first
+-- (lock_runs_many): mail to each recipient that exists and has not finished, in the order
+-- given (ids follow it); recipients idle for mail are woken and announced. The mail comes as
+-- one JSON array of rows, the messages as base64. Returns each message's (recipient, id).
+WITH m AS (
+    INSERT INTO mailbox (thread_id, sender, message, created_at)
+    SELECT y.recipient, y.sender, decode(y.message, 'base64'),
+           extract(epoch FROM clock_timestamp())::float8
+    FROM ROWS FROM (json_to_recordset(%(mail)s::json)
+                    AS (recipient text, sender text, message text))
+         WITH ORDINALITY AS y(recipient, sender, message, n)
+    JOIN runs r ON r.thread_id = y.recipient
+    WHERE r.status NOT IN ('completed', 'failed', 'cancelled')
+    ORDER BY y.n
+    RETURNING id, thread_id
+),
+w AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL,
+                    updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id IN (SELECT thread_id FROM m) AND status = 'waiting' AND waiting_for = 'mail'
+    RETURNING version
+),
+woke AS MATERIALIZED (SELECT pg_notify('tether_work', v.version)
+                      FROM (SELECT DISTINCT version FROM w) v)
+SELECT m.thread_id, m.id, (SELECT count(*) FROM woke) FROM m ORDER BY m.id;
+
 -- name: load_inbox
 SELECT id, sender, message, created_at FROM mailbox
 WHERE thread_id = %(thread_id)s AND consumed_step IS NULL

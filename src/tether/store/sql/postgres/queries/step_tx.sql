@@ -14,6 +14,21 @@ WHERE thread_id = ANY(%(ids)s::text[])
 ORDER BY thread_id
 FOR NO KEY UPDATE;
 
+-- name: lock_runs_many
+-- lock_runs for many steps' transactions sharing one commit (pg_full.py): every run row
+-- they touch (the runs, their recipients, the parents of those that finish), in thread_id
+-- order, in one statement. The ids come as JSON arrays (one parameter each to encode).
+SELECT r.thread_id, r.epoch, r.status
+FROM (SELECT i.id FROM json_array_elements_text(%(ids)s::json) AS i(id)
+      UNION
+      SELECT c.parent_thread_id
+      FROM json_array_elements_text(%(terminal)s::json) AS f(id)
+      JOIN runs c ON c.thread_id = f.id
+      WHERE c.parent_thread_id IS NOT NULL) AS w
+JOIN runs r ON r.thread_id = w.id
+ORDER BY r.thread_id
+FOR NO KEY UPDATE OF r;
+
 -- name: effect_keys_taken
 -- Which of a step's effect keys the run already used (explicit keys must be unique per run).
 SELECT key FROM outbox WHERE thread_id = %(thread_id)s AND key = ANY(%(keys)s::text[]);
@@ -116,6 +131,175 @@ woke AS MATERIALIZED (
 ),
 fx AS MATERIALIZED (SELECT pg_notify('tether_effects', '')
                     WHERE %(effects)s::boolean AND EXISTS (SELECT 1 FROM ok))
+SELECT (SELECT count(*) FROM woke), (SELECT count(*) FROM fx);
+
+-- name: effect_keys_taken_many
+-- effect_keys_taken for many steps: which (thread_id, key) pairs the runs already used.
+SELECT o.thread_id, o.key
+FROM json_to_recordset(%(effects)s::json) AS x(owner text, key text)
+JOIN outbox o ON o.thread_id = x.owner AND o.key = x.key;
+
+-- name: commit_steps_tx
+-- commit_step_tx for many steps (distinct runs) in one statement, inside a transaction that
+-- took lock_runs_many first (pg_full.py): each step fenced on its own, exactly as
+-- commit_step_tx (epoch, step, status running, every effect key new to its run, every direct
+-- recipient an existing run); only the steps that match write their checkpoint, children,
+-- group memberships, consumed and sent mail and effects. Each comes as one JSON array of
+-- rows (one parameter to encode, bytes as base64): the steps, and what they carry, each row
+-- naming the run it belongs to (its owner). Returns the thread_id of each step committed.
+WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
+x AS MATERIALIZED (
+    SELECT r.thread_id, r.epoch, r.step, r.node, r.next_node, r.kind,
+           decode(r.data, 'base64') AS data, r.worker, r.attempt, r.started_at,
+           r.finished_at, r.status, r.wake_at, r.waiting_for, r.ttl
+    FROM json_to_recordset(%(steps)s::json)
+        AS r(thread_id text, epoch bigint, step bigint, node text, next_node text, kind text,
+             data text, worker text, attempt int, started_at float8, finished_at float8,
+             status text, wake_at float8, waiting_for text, ttl float8)
+),
+ek AS MATERIALIZED (
+    SELECT DISTINCT y.owner FROM json_to_recordset(%(effects)s::json) AS y(owner text, key text)
+    JOIN outbox o ON o.thread_id = y.owner AND o.key = y.key
+),
+dm AS MATERIALIZED (
+    SELECT DISTINCT y.owner FROM json_to_recordset(%(direct)s::json) AS y(owner text, recipient text)
+    WHERE NOT EXISTS (SELECT 1 FROM runs WHERE thread_id = y.recipient)
+),
+f AS MATERIALIZED (
+    -- Each step's run found by primary key, one lookup per row (OFFSET 0 keeps it so), and
+    -- fenced there (see commit_steps); then the step's own preconditions.
+    SELECT x.*
+    FROM x, LATERAL (SELECT 1 FROM runs
+                     WHERE thread_id = x.thread_id AND epoch = x.epoch AND status || '' = 'running'
+                       AND step = x.step - 1
+                     OFFSET 0) AS l
+    WHERE x.thread_id NOT IN (SELECT owner FROM ek) AND x.thread_id NOT IN (SELECT owner FROM dm)
+),
+u AS (
+    UPDATE runs
+    SET step = f.step, node = f.next_node, status = f.status,
+        attempt = CASE WHEN f.status = 'running' THEN 1 ELSE 0 END, failures = 0,
+        wake_at = f.wake_at, waiting_for = f.waiting_for,
+        lease_owner = CASE WHEN f.status = 'running' THEN runs.lease_owner END,
+        lease_expires_at = CASE WHEN f.status = 'running' THEN  -- see fragment step_update
+            CASE WHEN runs.lease_expires_at < extract(epoch FROM clock_timestamp())::float8
+                                              + f.ttl / 2
+                 THEN extract(epoch FROM clock_timestamp())::float8 + f.ttl
+                 ELSE runs.lease_expires_at END END,
+        updated_at = extract(epoch FROM clock_timestamp())::float8
+    FROM f
+    -- (by primary key from f: a join on ctid was planned as a scan of f per row, O(n^2))
+    WHERE runs.thread_id = f.thread_id
+      AND runs.epoch = f.epoch AND runs.status || '' = 'running' AND runs.step = f.step - 1
+    RETURNING runs.thread_id, f.step
+),
+c AS (
+    INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, attempt,
+                             started_at, finished_at)
+    SELECT x.thread_id, x.step, x.node, x.next_node, x.kind, x.data, x.worker, x.attempt,
+           x.started_at, x.finished_at
+    FROM x JOIN u ON u.thread_id = x.thread_id
+),
+k AS (
+    INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash,
+                      idempotency_key, parent_thread_id, forked_from, forked_step,
+                      created_at, updated_at)
+    SELECT y.thread_id, y.agent, y.version, 'queued', y.node, decode(y.input, 'base64'),
+           y.input_hash, y.idempotency_key, y.parent_thread_id, y.forked_from, y.forked_step,
+           t.now, t.now
+    FROM t, ROWS FROM (json_to_recordset(%(children)s::json)
+                       AS (owner text, thread_id text, agent text, version text, node text,
+                           input text, input_hash text, idempotency_key text,
+                           parent_thread_id text, forked_from text, forked_step bigint))
+         WITH ORDINALITY AS y(owner, thread_id, agent, version, node, input, input_hash,
+                              idempotency_key, parent_thread_id, forked_from, forked_step, n)
+    WHERE y.owner IN (SELECT thread_id FROM u)
+    ORDER BY y.n
+    ON CONFLICT DO NOTHING
+),
+g AS (
+    INSERT INTO group_members (group_name, thread_id, role, joined_at)
+    SELECT y.group_name, y.owner, y.role, t.now
+    FROM t, json_to_recordset(%(groups)s::json) AS y(owner text, group_name text, role text)
+    WHERE y.owner IN (SELECT thread_id FROM u)
+    ON CONFLICT (group_name, thread_id) DO UPDATE SET role = excluded.role
+),
+cm AS (
+    UPDATE mailbox SET consumed_step = u.step
+    FROM json_to_recordset(%(consumed)s::json) AS y(owner text, id bigint)
+         JOIN u ON u.thread_id = y.owner
+    WHERE mailbox.id = y.id AND mailbox.thread_id = y.owner AND mailbox.consumed_step IS NULL
+),
+sm AS (
+    INSERT INTO mailbox (thread_id, sender, message, created_at)
+    SELECT y.recipient, y.owner, decode(y.message, 'base64'), t.now
+    FROM t, ROWS FROM (json_to_recordset(%(mail)s::json)
+                       AS (owner text, recipient text, message text))
+         WITH ORDINALITY AS y(owner, recipient, message, n)
+    WHERE y.owner IN (SELECT thread_id FROM u)
+    ORDER BY y.n
+),
+e AS (
+    INSERT INTO outbox (thread_id, key, step, idx, name, payload, status, next_attempt_at,
+                        compensates, created_at, compensable, attempts, done_at)
+    SELECT y.owner, y.key, u.step, y.idx, y.name, decode(y.payload, 'base64'), 'pending',
+           t.now, NULL, t.now, y.compensable, 0, NULL
+    FROM t, json_to_recordset(%(effects)s::json)
+         AS y(owner text, key text, idx bigint, name text, payload text, compensable boolean)
+         JOIN u ON u.thread_id = y.owner
+)
+SELECT thread_id FROM u;
+
+-- name: wake_after_commit_many
+-- wake_after_commit for many steps' transactions sharing one commit (pg_full.py), once,
+-- after their commit_steps_tx: the steps and the (sender, recipient) pairs of their mail
+-- as JSON arrays of rows. Only steps that committed (ok) wake anyone. It sees every
+-- step of the batch, so a run of the batch that parks for mail is woken here by mail a
+-- batch-mate sent it (wm), as by mail that waited before (rq). The three updates touch
+-- different rows (recipients; parkers that are not recipients; parents in join).
+WITH s AS MATERIALIZED (
+    SELECT * FROM json_to_recordset(%(steps)s::json)
+        AS x(thread_id text, epoch bigint, step bigint, parent boolean, mail boolean,
+             notify boolean, effects boolean)
+),
+ok AS MATERIALIZED (
+    SELECT s.thread_id, s.parent, s.mail, s.notify, s.effects, r.parent_thread_id, r.version
+    FROM s JOIN runs r ON r.thread_id = s.thread_id AND r.epoch = s.epoch AND r.step = s.step
+),
+rc AS MATERIALIZED (
+    SELECT DISTINCT x.recipient
+    FROM json_to_recordset(%(mail)s::json) AS x(sender text, recipient text)
+    WHERE x.sender IN (SELECT thread_id FROM ok)
+),
+wm AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL,
+                    updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id IN (SELECT recipient FROM rc) AND status = 'waiting' AND waiting_for = 'mail'
+    RETURNING version
+),
+rq AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL
+    WHERE thread_id IN (SELECT thread_id FROM ok WHERE mail)
+      AND thread_id NOT IN (SELECT recipient FROM rc)
+      AND status = 'waiting' AND waiting_for = 'mail'
+      AND EXISTS (SELECT 1 FROM mailbox m
+                  WHERE m.thread_id = runs.thread_id AND m.consumed_step IS NULL)
+    RETURNING version
+),
+wp AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL,
+                    updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE thread_id IN (SELECT parent_thread_id FROM ok WHERE parent)
+      AND status = 'waiting' AND waiting_for = 'join'
+    RETURNING version
+),
+woke AS MATERIALIZED (
+    SELECT pg_notify('tether_work', v.version)
+    FROM (SELECT version FROM wm UNION SELECT version FROM rq UNION SELECT version FROM wp
+          UNION SELECT version FROM ok WHERE notify) v
+),
+fx AS MATERIALIZED (SELECT pg_notify('tether_effects', '')
+                    WHERE EXISTS (SELECT 1 FROM ok WHERE effects))
 SELECT (SELECT count(*) FROM woke), (SELECT count(*) FROM fx);
 
 -- name: fail_step_final

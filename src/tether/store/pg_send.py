@@ -1,0 +1,188 @@
+"""Postgres mail from outside a step (runtime.send), group-committed (Sends), given the
+connections part (pg_conn.py) and owned by the store.
+
+One send is a transaction: lock the recipient's row (so a park in progress and this mail
+cannot miss each other), insert the message if the run can still read it, wake the run if it
+is idle for mail, and announce it; that notification makes Postgres serialize the commit with
+every other notifying one, so sends one by one run at one WAL flush each (about 115 a second
+on a disk that takes 4 ms to flush). Sends made while FLUSHERS such transactions are at the
+server queue up and the next takes them all: BEGIN; lock_runs_many (every recipient, in
+thread_id order); send_messages (each message in the order sent); COMMIT, one round trip.
+A send to an unknown or finished run fails alone and writes nothing (the rows locked say
+which); if the transaction fails, its sends go one by one; if its connection is lost, each
+gets StoreUnavailable, as a send of its own would. Audited sends always go alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import Final
+
+import psycopg
+
+from ..errors import RunNotFound, StoreUnavailable
+from .base import TERMINAL, Audit, RunRecord
+from .pg_conn import BEGIN, MAX_BATCH, Conn, PgConnections, rollback
+from .pg_full import json_param
+from .rows import mail_refused
+
+log = logging.getLogger("tether.store.postgres")
+
+FLUSHERS: Final = 2
+# (recipient, message, sender, future of the message's id)
+_Send = tuple[str, bytes, "str | None", "asyncio.Future[int]"]
+
+
+class Sends:
+    """send(): one message delivered (its id), alone or with others (see the module's
+    text). Raises RunNotFound, InvalidState (a finished run), StoreUnavailable,
+    StoreError."""
+
+    def __init__(self, conns: PgConnections, work_available: asyncio.Event) -> None:
+        self._conns = conns
+        self._work = work_available
+        self._queue: deque[_Send] = deque()
+        self._in_flight = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.transactions = 0
+        """Transactions sent for sends, alone or together (for tests and benches)."""
+
+    async def send(self, thread_id: str, message: bytes, sender: str | None = None,
+                   audit: Audit | None = None) -> int:
+        if audit is not None:
+            return await self.alone(thread_id, message, sender, audit)
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._queue.append((thread_id, message, sender, fut))
+        self._kick()
+        return await fut
+
+    async def alone(self, thread_id: str, message: bytes, sender: str | None = None,
+                    audit: Audit | None = None) -> int:
+        q = self._conns.q
+        self.transactions += 1
+
+        async def body(conn: Conn) -> int:
+            async with conn.pipeline():
+                await conn.execute(BEGIN)
+                await conn.execute(q["lock_runs"], {
+                    "ids": [thread_id], "thread_id": thread_id, "parent": False})
+                cur = await conn.execute(q["send_message"], {
+                    "thread_id": thread_id, "sender": sender, "message": message})
+            row = await cur.fetchone()
+            if row is None:
+                cur = await conn.execute(q["get_run"], {"thread_id": thread_id})
+                found = await cur.fetchone()
+                if found is None:
+                    raise RunNotFound(f"no run with thread_id {thread_id!r}")
+                raise mail_refused(thread_id, RunRecord(*found).status)
+            if audit is not None:
+                await conn.execute(q["insert_audit"], audit.params())
+            return int(row[0])
+
+        mid = await self._conns.transaction(body)
+        self._work.set()
+        return mid
+
+    def _kick(self) -> None:
+        queue = self._queue
+        while queue and self._in_flight < FLUSHERS:
+            batch = [queue.popleft() for _ in range(min(len(queue), MAX_BATCH))]
+            self._in_flight += 1
+            task = asyncio.create_task(self._flush(batch), name="tether-pg-send")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _flush(self, batch: list[_Send]) -> None:
+        try:
+            if len(batch) == 1:
+                await self._one(batch[0])
+            else:
+                await self._batch(batch)
+        except Exception as exc:  # a bug, not a database error: each send gets it
+            log.exception("group commit of %d sends failed", len(batch))
+            for job in batch:
+                _fail(job[3], exc)
+        finally:
+            self._in_flight -= 1
+            self._kick()
+
+    async def _one(self, job: _Send) -> None:
+        thread_id, message, sender, fut = job
+        try:
+            mid = await self.alone(thread_id, message, sender)
+        except Exception as exc:
+            _fail(fut, exc)
+        else:
+            if not fut.done():
+                fut.set_result(mid)
+
+    async def _batch(self, batch: list[_Send]) -> None:
+        conns = self._conns
+        self.transactions += 1
+        try:
+            locked, ids = await self._transaction(batch)
+        except psycopg.Error as exc:
+            err = conns.error(exc)
+            if isinstance(err, StoreUnavailable):
+                conns.heal()
+                for job in batch:
+                    _fail(job[3], err)
+                return
+            log.debug("group commit of %d sends rolled back (%s); one by one", len(batch),
+                      conns.message(exc))
+            await asyncio.gather(*(self._one(job) for job in batch))
+            return
+        self._work.set()
+        for thread_id, _, _, fut in batch:
+            status = locked.get(thread_id)
+            if status is None:
+                _fail(fut, RunNotFound(f"no run with thread_id {thread_id!r}"))
+            elif status in TERMINAL:
+                _fail(fut, mail_refused(thread_id, status))
+            elif not fut.done():
+                fut.set_result(ids[thread_id].popleft())
+
+    async def _transaction(self, batch: list[_Send]
+                           ) -> tuple[dict[str, str], dict[str, deque[int]]]:
+        """The batch's transaction: each recipient's status when locked, and the ids of the
+        messages it got, in the order sent."""
+        q = self._conns.q
+        recipients = sorted({job[0] for job in batch})
+        mail = json_param([{"recipient": r, "sender": s, "message": m} for r, m, s, _ in batch])
+        async with self._conns.pool().connection() as conn:
+            failure: psycopg.Error | None = None
+            try:
+                try:
+                    async with conn.pipeline():
+                        try:
+                            await conn.execute(BEGIN)
+                            c_lock = await conn.execute(q["lock_runs_many"], {
+                                "ids": json_param(recipients), "terminal": "[]"})
+                            c_sent = await conn.execute(q["send_messages"], {"mail": mail})
+                            await conn.execute(b"COMMIT")
+                        except psycopg.Error as exc:  # caught in here, or psycopg logs it
+                            failure = exc
+                except psycopg.Error:
+                    if failure is None:
+                        raise
+                if failure is not None:
+                    raise failure
+            except BaseException:
+                await rollback(conn)
+                raise
+            locked = {r[0]: r[2] for r in await c_lock.fetchall()}
+            ids: dict[str, deque[int]] = {}
+            for thread_id, mid, _ in await c_sent.fetchall():
+                ids.setdefault(thread_id, deque()).append(int(mid))
+        return locked, ids
+
+    async def close(self) -> None:
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
+
+def _fail(fut: asyncio.Future[int], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
