@@ -30,26 +30,23 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import logging
-from collections import deque
 from typing import Final
 
 import orjson
-import psycopg
+from psycopg import AsyncCursor
 from psycopg.rows import TupleRow
 
-from ..errors import StoreUnavailable
 from .base import StepCommit
-from .pg_conn import BEGIN, MAX_BATCH, Params, PgConnections, rollback
+from .pg_conn import BEGIN, MAX_BATCH, Params, PgConnections
+from .pg_group import GroupCommit, fail, pipelined
 from .pg_steps import full_outcome, full_params, sent_mail, step_transaction
 from .plan import StepWakes
-
-log = logging.getLogger("tether.store.postgres")
 
 _ALONE_ABOVE: Final = 50  # rows a step writes above which it commits alone
 _BATCH_ROWS: Final = 2000  # rows a shared transaction writes at most (it takes steps until)
 FLUSHERS: Final = 2  # FULL-step transactions at the server at once (one is built meanwhile)
 _Job = tuple[StepCommit, StepWakes, "asyncio.Future[None]"]
+Cursor = AsyncCursor[TupleRow]
 
 
 def _size(commit: StepCommit) -> int:
@@ -66,28 +63,22 @@ def batchable(commit: StepCommit, wakes: StepWakes) -> bool:
             and all(e.apply is None for e in commit.effects))
 
 
-class FullCommitter:
+class FullCommitter(GroupCommit[_Job]):
     """commit(): one FULL step committed, alone or with others (see the module's text).
     Raises what the step's own transaction would: LeaseLost, DuplicateEffectKey,
     RunNotFound, StoreUnavailable (outcome unknown), StoreError."""
 
     def __init__(self, conns: PgConnections) -> None:
-        self._conns = conns
-        self._queue: deque[_Job] = deque()
-        self._in_flight = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        super().__init__(conns, FLUSHERS, "steps", "tether-pg-full-commit")
         self.batches = 0
         """Transactions that committed more than one step (for tests and benches)."""
-        self.transactions = 0
-        """Transactions sent for FULL steps, alone or together (for tests and benches)."""
 
     async def commit(self, commit: StepCommit, wakes: StepWakes) -> None:
         if not batchable(commit, wakes):
             await self.alone(commit, wakes)
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append((commit, wakes, fut))
-        self._kick()
+        self._submit((commit, wakes, fut))
         await fut
 
     async def alone(self, commit: StepCommit, wakes: StepWakes) -> None:
@@ -95,67 +86,33 @@ class FullCommitter:
         body, commits = step_transaction(self._conns.q, commit, wakes)
         await self._conns.transaction(body, body_commits=commits)
 
-    def _kick(self) -> None:
+    def _take(self) -> list[_Job]:
         queue = self._queue
-        while queue and self._in_flight < FLUSHERS:
-            batch = [queue.popleft()]
-            rows = _size(batch[0][0])
-            while queue and len(batch) < MAX_BATCH and rows + _size(queue[0][0]) <= _BATCH_ROWS:
-                rows += _size(queue[0][0])
-                batch.append(queue.popleft())
-            self._in_flight += 1
-            task = asyncio.create_task(self._flush(batch), name="tether-pg-full-commit")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        batch = [queue.popleft()]
+        rows = _size(batch[0][0])
+        while queue and len(batch) < MAX_BATCH and rows + _size(queue[0][0]) <= _BATCH_ROWS:
+            rows += _size(queue[0][0])
+            batch.append(queue.popleft())
+        return batch
 
-    async def _flush(self, batch: list[_Job]) -> None:
-        try:
-            if len(batch) == 1:
-                await self._one(batch[0])
-            else:
-                await self._batch(batch)
-        except Exception as exc:  # a bug, not a database error: each step gets it
-            log.exception("group commit of %d steps failed", len(batch))
-            for job in batch:
-                _fail(job[2], exc)
-        finally:
-            self._in_flight -= 1
-            self._kick()
+    def _future(self, job: _Job) -> asyncio.Future[None]:
+        return job[2]
 
-    async def _one(self, job: _Job) -> None:
-        commit, wakes, fut = job
-        try:
-            await self.alone(commit, wakes)
-        except Exception as exc:
-            _fail(fut, exc)
-        else:
-            _done(fut)
+    async def _alone_job(self, job: _Job) -> None:
+        await self.alone(job[0], job[1])
 
-    async def _batch(self, batch: list[_Job]) -> None:
-        conns = self._conns
-        self.transactions += 1
-        try:
-            outcomes = await self._transaction(batch)
-        except psycopg.Error as exc:
-            err = conns.error(exc)
-            if isinstance(err, StoreUnavailable):  # committed or not: each caller reads back
-                conns.heal()
-                for job in batch:
-                    _fail(job[2], err)
-                return
-            log.debug("group commit of %d steps rolled back (%s); one by one", len(batch),
-                      conns.message(exc))
-            await asyncio.gather(*(self._one(job) for job in batch))
-            return
+    async def _together(self, batch: list[_Job]) -> None:
+        outcomes = await self._transaction(batch)
         self.batches += 1
         for (commit, wakes, fut), (locked, taken, committed) in zip(batch, outcomes,
                                                                     strict=True):
             try:
                 full_outcome(commit, wakes, locked, taken, committed)
             except Exception as exc:
-                _fail(fut, exc)
+                fail(fut, exc)
             else:
-                _done(fut)
+                if not fut.done():
+                    fut.set_result(None)
 
     async def _transaction(self, batch: list[_Job]
                            ) -> list[tuple[dict[str, TupleRow], list[TupleRow], bool]]:
@@ -174,30 +131,19 @@ class FullCommitter:
                 terminal.append(commit.lease.thread_id)
         many = _many([params for params, _ in plans])
         async with self._conns.pool().connection() as conn:
-            failure: psycopg.Error | None = None
-            try:
-                try:
-                    async with conn.pipeline():
-                        try:
-                            await conn.execute(BEGIN)
-                            c_lock = await conn.execute(q["lock_runs_many"], {
-                                "ids": json_param(sorted(ids)), "terminal": json_param(terminal)})
-                            c_taken = (await conn.execute(q["effect_keys_taken_many"], {
-                                "effects": many["effects"]})
-                                if any(c.effects for c, _, _ in batch) else None)
-                            c_steps = await conn.execute(q["commit_steps_tx"], many)
-                            await conn.execute(q["wake_after_commit_many"], _wakes(plans))
-                            await conn.execute(b"COMMIT")
-                        except psycopg.Error as exc:  # caught in here, or psycopg logs it
-                            failure = exc
-                except psycopg.Error:
-                    if failure is None:
-                        raise
-                if failure is not None:  # (the pipeline's exit only says "pipeline aborted")
-                    raise failure
-            except BaseException:
-                await rollback(conn)
-                raise
+            async def statements() -> tuple[Cursor, Cursor | None, Cursor]:
+                await conn.execute(BEGIN)
+                c_lock = await conn.execute(q["lock_runs_many"], {
+                    "ids": json_param(sorted(ids)), "terminal": json_param(terminal)})
+                c_taken = (await conn.execute(q["effect_keys_taken_many"], {
+                    "effects": many["effects"]})
+                    if any(c.effects for c, _, _ in batch) else None)
+                c_steps = await conn.execute(q["commit_steps_tx"], many)
+                await conn.execute(q["wake_after_commit_many"], _wakes(plans))
+                await conn.execute(b"COMMIT")
+                return c_lock, c_taken, c_steps
+
+            c_lock, c_taken, c_steps = await pipelined(conn, statements)
             locked = {r[0]: r for r in await c_lock.fetchall()}
             taken: dict[str, list[TupleRow]] = {}
             for row in await c_taken.fetchall() if c_taken is not None else []:
@@ -205,11 +151,6 @@ class FullCommitter:
             done = {r[0] for r in await c_steps.fetchall()}
         return [(locked, taken.get(tid, []), tid in done)
                 for tid in (commit.lease.thread_id for commit, _, _ in batch)]
-
-    async def close(self) -> None:
-        """Wait for the transactions in flight (their callers are told)."""
-        while self._tasks:
-            await asyncio.wait(list(self._tasks))
 
 
 _STEP_FIELDS: Final = ("thread_id", "epoch", "step", "node", "next_node", "kind", "data",
@@ -265,12 +206,3 @@ def _wakes(plans: list[tuple[Params, Params]]) -> dict[str, str]:
             "mail": json_param([{"sender": w["thread_id"], "recipient": r}
                            for w in wakes for r in w["recipients"]])}
 
-
-def _done(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-def _fail(fut: asyncio.Future[None], exc: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(exc)

@@ -16,46 +16,36 @@ gets StoreUnavailable, as a send of its own would. Audited sends always go alone
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import deque
 from typing import Final
 
-import psycopg
-
-from ..errors import RunNotFound, StoreUnavailable
+from ..errors import RunNotFound
 from .base import TERMINAL, Audit, RunRecord
-from .pg_conn import BEGIN, MAX_BATCH, Conn, PgConnections, rollback
-from .pg_full import json_param
+from .pg_conn import BEGIN, Conn, PgConnections
+from .pg_full import Cursor, json_param
+from .pg_group import GroupCommit, fail, pipelined
 from .rows import mail_refused
-
-log = logging.getLogger("tether.store.postgres")
 
 FLUSHERS: Final = 2
 # (recipient, message, sender, future of the message's id)
 _Send = tuple[str, bytes, "str | None", "asyncio.Future[int]"]
 
 
-class Sends:
+class Sends(GroupCommit[_Send]):
     """send(): one message delivered (its id), alone or with others (see the module's
     text). Raises RunNotFound, InvalidState (a finished run), StoreUnavailable,
     StoreError."""
 
     def __init__(self, conns: PgConnections, work_available: asyncio.Event) -> None:
-        self._conns = conns
+        super().__init__(conns, FLUSHERS, "sends", "tether-pg-send")
         self._work = work_available
-        self._queue: deque[_Send] = deque()
-        self._in_flight = 0
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.transactions = 0
-        """Transactions sent for sends, alone or together (for tests and benches)."""
 
     async def send(self, thread_id: str, message: bytes, sender: str | None = None,
                    audit: Audit | None = None) -> int:
         if audit is not None:
             return await self.alone(thread_id, message, sender, audit)
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._queue.append((thread_id, message, sender, fut))
-        self._kick()
+        self._submit((thread_id, message, sender, fut))
         return await fut
 
     async def alone(self, thread_id: str, message: bytes, sender: str | None = None,
@@ -85,62 +75,21 @@ class Sends:
         self._work.set()
         return mid
 
-    def _kick(self) -> None:
-        queue = self._queue
-        while queue and self._in_flight < FLUSHERS:
-            batch = [queue.popleft() for _ in range(min(len(queue), MAX_BATCH))]
-            self._in_flight += 1
-            task = asyncio.create_task(self._flush(batch), name="tether-pg-send")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    def _future(self, job: _Send) -> asyncio.Future[int]:
+        return job[3]
 
-    async def _flush(self, batch: list[_Send]) -> None:
-        try:
-            if len(batch) == 1:
-                await self._one(batch[0])
-            else:
-                await self._batch(batch)
-        except Exception as exc:  # a bug, not a database error: each send gets it
-            log.exception("group commit of %d sends failed", len(batch))
-            for job in batch:
-                _fail(job[3], exc)
-        finally:
-            self._in_flight -= 1
-            self._kick()
+    async def _alone_job(self, job: _Send) -> int:
+        return await self.alone(job[0], job[1], job[2])
 
-    async def _one(self, job: _Send) -> None:
-        thread_id, message, sender, fut = job
-        try:
-            mid = await self.alone(thread_id, message, sender)
-        except Exception as exc:
-            _fail(fut, exc)
-        else:
-            if not fut.done():
-                fut.set_result(mid)
-
-    async def _batch(self, batch: list[_Send]) -> None:
-        conns = self._conns
-        self.transactions += 1
-        try:
-            locked, ids = await self._transaction(batch)
-        except psycopg.Error as exc:
-            err = conns.error(exc)
-            if isinstance(err, StoreUnavailable):
-                conns.heal()
-                for job in batch:
-                    _fail(job[3], err)
-                return
-            log.debug("group commit of %d sends rolled back (%s); one by one", len(batch),
-                      conns.message(exc))
-            await asyncio.gather(*(self._one(job) for job in batch))
-            return
+    async def _together(self, batch: list[_Send]) -> None:
+        locked, ids = await self._transaction(batch)
         self._work.set()
         for thread_id, _, _, fut in batch:
             status = locked.get(thread_id)
             if status is None:
-                _fail(fut, RunNotFound(f"no run with thread_id {thread_id!r}"))
+                fail(fut, RunNotFound(f"no run with thread_id {thread_id!r}"))
             elif status in TERMINAL:
-                _fail(fut, mail_refused(thread_id, status))
+                fail(fut, mail_refused(thread_id, status))
             elif not fut.done():
                 fut.set_result(ids[thread_id].popleft())
 
@@ -152,37 +101,17 @@ class Sends:
         recipients = sorted({job[0] for job in batch})
         mail = json_param([{"recipient": r, "sender": s, "message": m} for r, m, s, _ in batch])
         async with self._conns.pool().connection() as conn:
-            failure: psycopg.Error | None = None
-            try:
-                try:
-                    async with conn.pipeline():
-                        try:
-                            await conn.execute(BEGIN)
-                            c_lock = await conn.execute(q["lock_runs_many"], {
-                                "ids": json_param(recipients), "terminal": "[]"})
-                            c_sent = await conn.execute(q["send_messages"], {"mail": mail})
-                            await conn.execute(b"COMMIT")
-                        except psycopg.Error as exc:  # caught in here, or psycopg logs it
-                            failure = exc
-                except psycopg.Error:
-                    if failure is None:
-                        raise
-                if failure is not None:
-                    raise failure
-            except BaseException:
-                await rollback(conn)
-                raise
+            async def statements() -> tuple[Cursor, Cursor]:
+                await conn.execute(BEGIN)
+                c_lock = await conn.execute(q["lock_runs_many"], {
+                    "ids": json_param(recipients), "terminal": "[]"})
+                c_sent = await conn.execute(q["send_messages"], {"mail": mail})
+                await conn.execute(b"COMMIT")
+                return c_lock, c_sent
+
+            c_lock, c_sent = await pipelined(conn, statements)
             locked = {r[0]: r[2] for r in await c_lock.fetchall()}
             ids: dict[str, deque[int]] = {}
             for thread_id, mid, _ in await c_sent.fetchall():
                 ids.setdefault(thread_id, deque()).append(int(mid))
         return locked, ids
-
-    async def close(self) -> None:
-        while self._tasks:
-            await asyncio.wait(list(self._tasks))
-
-
-def _fail(fut: asyncio.Future[int], exc: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(exc)
