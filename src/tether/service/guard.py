@@ -247,19 +247,22 @@ class Guard:
                     await self._too_many(scope, receive, send, ui, wait)
                     return
                 send = self._watch_sign_in(send, client)
-        elif writes and self._declared(scope):
-            if self.read_only:
-                await error_response(403, "ReadOnly", "this server is read-only (--read-only)")(
-                    scope, receive, send)
-                return
-            if method in _API_WRITES and not (custom or auth is not None or (
-                    ctype is not None and ctype.partition(
-                        b";")[0].strip().lower() == b"application/json")):
-                await error_response(
-                    415, "UnsupportedMediaType",
-                    "send the body as Content-Type: application/json (a request without a "
-                    f"body may send {CLIENT_HEADER}: <your client's name> instead)")(
-                    scope, receive, send)
+        elif writes:
+            unmarked = method in _API_WRITES and not (custom or auth is not None or (
+                ctype is not None and ctype.partition(b";")[0].strip().lower()
+                == b"application/json"))
+            # Matching the routes is the costly test: only for a request refused if declared.
+            if (self.read_only or unmarked) and self._declared(scope):
+                if self.read_only:
+                    await error_response(
+                        403, "ReadOnly", "this server is read-only (--read-only)")(
+                        scope, receive, send)
+                else:
+                    await error_response(
+                        415, "UnsupportedMediaType",
+                        "send the body as Content-Type: application/json (a request without "
+                        f"a body may send {CLIENT_HEADER}: <your client's name> instead)")(
+                        scope, receive, send)
                 return
         if length is not None:
             if not length.isdigit():
