@@ -416,12 +416,12 @@ class SQLiteStore(SQLiteSessionsPart):
                                {"thread_id": thread_id, "id": interrupt_id, "value": value}).fetchone()
             if row is None:
                 return None
-            step, idx, iid = row
-            conn.execute(q["journal_value"], {"thread_id": thread_id, "step": step, "idx": idx,
-                                              "name": INTERRUPT_CALL, "result": value})
+            rec = InterruptRecord(*row)  # as resolved: RETURNING reads the updated row
+            conn.execute(q["journal_value"], {"thread_id": thread_id, "step": rec.step,
+                                              "idx": rec.idx, "name": INTERRUPT_CALL,
+                                              "result": value})
             conn.execute(q["wake_waiting"], {"thread_id": thread_id})
-            got = conn.execute(q["get_interrupt"], {"id": iid}).fetchone()
-            return InterruptRecord(*got)
+            return rec
 
         rec: InterruptRecord | None = await self._w(self._audit(job, audit,
                                                                   lambda r: r is not None))

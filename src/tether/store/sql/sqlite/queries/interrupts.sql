@@ -14,7 +14,7 @@ SET value = :value, status = 'resolved', resolved_at = (julianday('now') - 24405
 -- would visit every pending interrupt of every run)
 WHERE thread_id = :thread_id AND +status = 'pending' AND (:id IS NULL OR id = :id)
   AND EXISTS (SELECT 1 FROM runs WHERE thread_id = :thread_id AND status = 'waiting')
-RETURNING step, idx, id;
+RETURNING {{interrupt_columns}};
 
 -- name: cancel_interrupts
 -- A cancelled run's questions are withdrawn from the inbox.
