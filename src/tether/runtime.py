@@ -36,7 +36,7 @@ from .retry import RetryPolicy
 from .store import make_store
 from .store.audit import audit_of, check_audit_query
 from .store.base import NewRun, RunRecord, StatusCounts, Store
-from .tuning import worker_tuned
+from .tuning import runtime_tuned, worker_tuned
 from .types import AuditEvent, Call, Checkpoint, Effect, Interrupt, Run, RunError, RunStatus, SentMessage
 from .waiting import wait_run
 from .worker import Worker
@@ -68,6 +68,7 @@ class Runtime:
         cpu_workers: int | None = None,
         store: Store | None = None,
         retention: Policy | Mapping[str, Any] | None = None,
+        tune: bool = True,
     ) -> None:
         # The arguments are the code's settings: they win; TETHER_* and [tool.tether] fill
         # what they leave out (a tether command applies its flags and TETHER_* over them).
@@ -79,6 +80,9 @@ class Runtime:
         self.registry = Registry(version, self.store.dialect, agents)
         self.retention = standing(retention)
         """The standing retention policy its workers apply (`Policy.every` seconds apart)."""
+        self.tune = tune
+        """Whether the interpreter is tuned while this runtime is open and its workers run
+        (tether.tuning; only settings still at Python's defaults, restored after)."""
 
     def _setup(self, settings: Settings, version: str, store: Store | None = None) -> None:
         self.settings = settings
@@ -86,6 +90,7 @@ class Runtime:
         self.hub = EventHub(self.store, settings.poll_interval)
         self._open_lock = asyncio.Lock()
         self._opened = False
+        self._tuning = contextlib.ExitStack()
         self._workers: list[Worker] = []
         self._deploys = deploy.Deployer(self.store, version, settings.lease_ttl)
 
@@ -134,6 +139,7 @@ class Runtime:
         other._setup(settings, self.version)
         other.registry = self.registry.copy(other.store.dialect)
         other.retention = self.retention
+        other.tune = self.tune
         return other
 
     def add_agent(self, agent: Agent) -> None:
@@ -208,6 +214,8 @@ class Runtime:
                         raise SchemaError(f"{exc} (the database URL came from "
                                           f"{self.settings.source('db')})") from None
                     self._opened = True
+                    if self.tune:
+                        self._tuning.enter_context(runtime_tuned())
                     await self._deploys.current_routes()  # read now, not in a burst of starts
         return self
 
@@ -243,6 +251,7 @@ class Runtime:
         self._deploys.close()
         if self._opened:
             self._opened = False
+            self._tuning.close()
             await self.store.close()
 
     async def __aenter__(self) -> Runtime:
@@ -421,12 +430,13 @@ class Runtime:
                 for r in await self.store.load_journal(thread_id, step)]
 
     async def work(self, concurrency: int | None = None, *, stop: asyncio.Event | None = None,
-                   tune: bool = True, cpu_workers: int | None = None) -> None:
+                   tune: bool | None = None, cpu_workers: int | None = None) -> None:
         """Run a worker in this process until `stop` is set, SIGTERM handling aside (the CLI
         installs it), or the task is cancelled. While it runs, the interpreter is set up for
         thousands of steps in flight (the collector's thresholds and the GIL's switch
         interval, each only if still at Python's default, restored when the process's last
-        worker stops; see tether.tuning); `tune=False` leaves the interpreter as it is.
+        worker stops; see tether.tuning); `tune=False` leaves the interpreter as it is
+        (default: the runtime's `tune`).
         `cpu_workers`: processes of the pool that runs ctx.cpu_call (default: the runtime's
         setting, else one per CPU)."""
         await self.open()
@@ -436,7 +446,8 @@ class Runtime:
         worker = Worker(self.store, self.registry, self.hub, settings, concurrency=n)
         self._workers.append(worker)
         try:
-            with worker_tuned(n) if tune else contextlib.nullcontext():
+            tuned = self.tune if tune is None else tune
+            with worker_tuned(n) if tuned else contextlib.nullcontext():
                 await alongside(worker.run(stop), self.store, self.retention,
                                 self.settings.lease_ttl)
         finally:

@@ -19,6 +19,7 @@ from tether.tuning import (
     _SWITCH_WORKER,
     gc_thresholds,
     gc_tuned,
+    runtime_tuned,
     switch_interval_tuned,
     worker_tuned,
 )
@@ -92,18 +93,19 @@ def test_the_young_threshold_grows_with_concurrency() -> None:
 
 
 def test_workers_of_one_process_share_one_tuning() -> None:
-    """The second worker neither re-tunes nor, stopping first, untunes the one still running;
-    the last one out restores Python's defaults."""
+    """The process runs at the largest size its workers ask for; the first one stopping does
+    not untune the one still running; the last one out restores Python's defaults."""
     before = gc.get_threshold(), sys.getswitchinterval()
     try:
         gc.set_threshold(*_GC_DEFAULT)
         sys.setswitchinterval(_SWITCH_DEFAULT)
         first, second = worker_tuned(10), worker_tuned(10_000)
         first.__enter__()
+        assert gc.get_threshold() == _GC_WORKER
         second.__enter__()
-        assert gc.get_threshold() == _GC_WORKER
+        assert gc.get_threshold() == gc_thresholds(10_000)
         first.__exit__(None, None, None)  # the first one stops while the second still runs
-        assert gc.get_threshold() == _GC_WORKER
+        assert gc.get_threshold() == gc_thresholds(10_000)
         assert sys.getswitchinterval() == _SWITCH_WORKER
         second.__exit__(None, None, None)
         assert gc.get_threshold() == _GC_DEFAULT
@@ -114,33 +116,88 @@ def test_workers_of_one_process_share_one_tuning() -> None:
 
 
 @pytest.mark.parametrize("tune", [None, False])
-def test_a_programs_worker_is_tuned_unless_it_says_not(tune: bool | None,
-                                                       tmp_path: Path) -> None:
+def test_a_programs_runtime_and_worker_are_tuned_unless_it_says_not(tune: bool | None,
+                                                                     tmp_path: Path) -> None:
     """`runtime.work()` as a program writes it tunes (round 2 made it opt-in: W2 10,000 went
-    1.65x slower for every program); `tune=False` keeps the interpreter as it is."""
+    1.65x slower for every program), and so does an open runtime, for the starts and waits
+    of a burst (the worker's concurrency raises it further); `Runtime(tune=False)` keeps the
+    interpreter as it is. Closing the runtime restores Python's defaults."""
     import asyncio
 
     import tether
 
     seen: list[tuple[int, int, int]] = []
-    before = gc.get_threshold()
+    before = gc.get_threshold(), sys.getswitchinterval()
+
+    async def main() -> None:
+        kwargs = {} if tune is None else {"tune": tune}
+        rt = tether.Runtime(f"sqlite:///{tmp_path}/t.db", agents=[], version="v1", **kwargs)
+        await rt.migrate()
+        async with rt:
+            seen.append(gc.get_threshold())  # open, no worker yet
+            stop = asyncio.Event()
+            task = asyncio.create_task(rt.work(concurrency=10_000, stop=stop))
+            await asyncio.sleep(0.2)
+            seen.append(gc.get_threshold())
+            stop.set()
+            await task
+            seen.append(gc.get_threshold())  # the worker stopped, the runtime still open
+
+    try:
+        gc.set_threshold(*_GC_DEFAULT)
+        sys.setswitchinterval(_SWITCH_DEFAULT)
+        asyncio.run(main())
+        if tune is False:
+            assert seen == [_GC_DEFAULT] * 3
+        else:
+            assert seen == [_GC_WORKER, gc_thresholds(10_000), _GC_WORKER]
+        assert gc.get_threshold() == _GC_DEFAULT
+        assert sys.getswitchinterval() == _SWITCH_DEFAULT
+    finally:
+        gc.set_threshold(*before[0])
+        sys.setswitchinterval(before[1])
+
+
+def test_a_worker_without_tuning_on_a_tuned_runtime(tmp_path: Path) -> None:
+    """`work(tune=False)` leaves out the worker's part only: the open runtime's stays."""
+    import asyncio
+
+    import tether
+
+    seen: list[tuple[tuple[int, int, int], float]] = []
+    before = gc.get_threshold(), sys.getswitchinterval()
 
     async def main() -> None:
         rt = tether.Runtime(f"sqlite:///{tmp_path}/t.db", agents=[], version="v1")
         await rt.migrate()
         async with rt:
             stop = asyncio.Event()
-            kwargs = {} if tune is None else {"tune": tune}
-            task = asyncio.create_task(rt.work(concurrency=10, stop=stop, **kwargs))
+            task = asyncio.create_task(rt.work(concurrency=10_000, stop=stop, tune=False))
             await asyncio.sleep(0.2)
-            seen.append(gc.get_threshold())
+            seen.append((gc.get_threshold(), sys.getswitchinterval()))
             stop.set()
             await task
 
     try:
         gc.set_threshold(*_GC_DEFAULT)
+        sys.setswitchinterval(_SWITCH_DEFAULT)
         asyncio.run(main())
-        assert seen == [_GC_DEFAULT if tune is False else _GC_WORKER]
+        assert seen == [(_GC_WORKER, _SWITCH_DEFAULT)]
         assert gc.get_threshold() == _GC_DEFAULT
+    finally:
+        gc.set_threshold(*before[0])
+        sys.setswitchinterval(before[1])
+
+
+def test_a_change_the_program_makes_while_tuned_is_kept() -> None:
+    """Once the program sets the collector itself, no holder coming or going touches it."""
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(*_GC_DEFAULT)
+        with runtime_tuned():
+            gc.set_threshold(5000, 20, 20)
+            with worker_tuned(10_000):
+                assert gc.get_threshold() == (5000, 20, 20)
+        assert gc.get_threshold() == (5000, 20, 20)
     finally:
         gc.set_threshold(*before)
