@@ -172,16 +172,15 @@ class PostgresStore(PgSessionsPart):
     async def create_run(
         self, new: NewRun, lease: tuple[str, float] | None = None, audit: Audit | None = None
     ) -> tuple[RunRecord, bool]:
-        # Through the writer: concurrent starts are group-committed like steps (an audited
-        # one is its own transaction, with its audit row).
-        if audit is None:
-            params = new_run_params(new, lease)
-            row = await settle_create(self._conns, lambda: self._committer.write(
-                self._q["create_run"], params, new.thread_id), new)
-        else:
-            rows = await self._conns.audited(self._q["create_run"], new_run_params(new, lease), audit,
-                                       lambda rows: bool(rows and rows[0][0]))
-            row = rows[0] if rows else None
+        # Through the writer: concurrent starts are group-committed like steps, an audited
+        # one with its audit row in the same statement (written only if it created the run).
+        params = new_run_params(new, lease)
+        query = self._q["create_run"]
+        if audit is not None:
+            query = self._q["create_run_audited"]
+            params.update({f"audit_{k}": v for k, v in audit.params().items()})
+        row = await settle_create(self._conns, lambda: self._committer.write(
+            query, params, new.thread_id), new)
         if row is not None:
             run, created = _run(row[1:1 + _RUN_WIDTH]), bool(row[0])
             if created:

@@ -12,12 +12,8 @@ thread_id, agent, version, status, node, input, input_hash, idempotency_key,
                       parent_thread_id, forked_from, forked_step, lease_owner, lease_expires_at,
                       epoch, attempt, created_at, updated_at, trace_context
 
--- name: create_run
--- Inserts a queued run and announces it, or (lease_owner given: a worker of the starting
--- process takes it at once) a running one under that owner's lease at epoch 1, as if claimed,
--- unannounced. Or (inserting nothing) returns the run it collides with, preferring the
--- idempotency key's run; the first column says which. No row back means the colliding row
--- was committed after this statement's snapshot: read it again.
+-- fragment: create_run_insert
+-- create_run's first CTEs (the clock, the insert), each query adding its own after them.
 WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
 ins AS (
     INSERT INTO runs ({{new_run_columns}})
@@ -33,6 +29,9 @@ ins AS (
     ON CONFLICT DO NOTHING
     RETURNING {{run_columns}}
 ),
+
+-- fragment: create_run_result
+-- create_run's announcement and its rows (after create_run_insert).
 woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM ins
                       WHERE ins.lease_owner IS NULL)
 SELECT true, ins.*, (SELECT count(*) FROM woke) FROM ins
@@ -43,6 +42,26 @@ UNION ALL
    AND (thread_id = %(thread_id)s OR idempotency_key = %(idempotency_key)s)
  ORDER BY idempotency_key = %(idempotency_key)s DESC NULLS LAST
  LIMIT 1);
+
+-- name: create_run
+-- Inserts a queued run and announces it, or (lease_owner given: a worker of the starting
+-- process takes it at once) a running one under that owner's lease at epoch 1, as if claimed,
+-- unannounced. Or (inserting nothing) returns the run it collides with, preferring the
+-- idempotency key's run; the first column says which. No row back means the colliding row
+-- was committed after this statement's snapshot: read it again.
+{{create_run_insert}}
+{{create_run_result}}
+
+-- name: create_run_audited
+-- create_run with its audit row (insert_audit's columns, prefixed audit_), written only when
+-- the run was created, in the same statement: so an audited start (every POST /runs) is
+-- group-committed with other writes, as a start without audit is.
+{{create_run_insert}}
+aud AS (INSERT INTO audit (at, actor, action, thread_id, target, details)
+        SELECT t.now, %(audit_actor)s, %(audit_action)s, %(audit_thread_id)s,
+               %(audit_target)s, %(audit_details)s
+        FROM t WHERE EXISTS (SELECT 1 FROM ins)),
+{{create_run_result}}
 
 -- name: create_runs
 -- Many create_runs without idempotency key in one statement, inside a group commit: each
