@@ -78,6 +78,12 @@ def test_group_commit_locks_and_fences_look_runs_up_by_primary_key(pg_url: str,
                     assert root["Actual Rows"] == len(ids), (name, root["Actual Rows"])
 
 
+def _indexes(node: dict[str, Any]) -> set[str]:
+    """The indexes the plan reads (index scans, bitmap index scans)."""
+    here = {node["Index Name"]} if "Index Name" in node else set()
+    return here.union(*(_indexes(child) for child in node.get("Plans", [])))
+
+
 def _removed(node: dict[str, Any]) -> int:
     """Rows every node of the plan read and then threw away (filters, join filters)."""
     here = sum(v for k, v in node.items() if k.startswith("Rows Removed by"))
@@ -183,3 +189,51 @@ def test_mail_wakes_its_recipients_by_primary_key(pg_url: str, history: bool) ->
                 assert runs_scans <= {("Index Scan", "runs_pkey"), ("Tid Scan", "runs")}, (
                     name, analyzed, runs_scans)
                 assert _removed(root) <= len(ids), (name, analyzed, _removed(root))
+
+
+@pytest.mark.parametrize("analyzed", [False, True], ids=["never-analyzed", "analyzed"])
+def test_a_claims_reads_look_each_run_up_by_index(pg_url: str, analyzed: bool) -> None:
+    """The reads of a claim's runs (Store.load_claimed) cost what the claim holds, not what
+    the tables hold: each run's checkpoints since its snapshot, its next step's journal and
+    its unconsumed mail, looked up in the primary key or mailbox_pending (an index scan, or a
+    bitmap of one), run by run, whatever the statistics."""
+    q = queries("postgres")
+    ids = [f"p{i:06d}" for i in range(0, RUNS, RUNS // BATCH)]
+    with psycopg.connect(pg_url, autocommit=True) as pg:
+        # Every run: steps 1-4, a snapshot at 2; two calls journaled in step 5; five
+        # messages, the first three consumed.
+        pg.execute(b"""
+            INSERT INTO checkpoints (thread_id, step, node, kind, data, worker, attempt,
+                                     started_at, finished_at)
+            SELECT 'p' || lpad(i::text, 6, '0'), s, 'n', CASE WHEN s = 2 THEN 's' ELSE 'd' END,
+                   '{}', 'w', 1, 0, 0
+            FROM generate_series(0, %(runs)s - 1) i, generate_series(1, 4) s""", {"runs": RUNS})
+        pg.execute(b"""
+            INSERT INTO journal (thread_id, step, idx, name, result)
+            SELECT 'p' || lpad(i::text, 6, '0'), 5, c, 'f', '1'
+            FROM generate_series(0, %(runs)s - 1) i, generate_series(0, 1) c""", {"runs": RUNS})
+        pg.execute(b"""
+            INSERT INTO mailbox (thread_id, message, created_at, consumed_step)
+            SELECT 'p' || lpad(i::text, 6, '0'), '{}', 0, CASE WHEN m < 3 THEN 4 END
+            FROM generate_series(0, 4) m, generate_series(0, %(runs)s - 1) i""", {"runs": RUNS})
+        if analyzed:
+            pg.execute(b"ANALYZE checkpoints, journal, mailbox")
+        ids_json = orjson.dumps(ids).decode()
+        statements = {
+            "load_checkpoints_many": (q["load_checkpoints_many"], {"ids": ids_json}, 3,
+                                      "checkpoints", {"checkpoints_pkey"}),
+            "load_journal_many": (q["load_journal_many"], {"runs": orjson.dumps(
+                [{"thread_id": t, "step": 5} for t in ids]).decode()}, 2, "journal",
+                                  {"journal_pkey"}),
+            "load_inbox_many": (q["load_inbox_many"], {"ids": ids_json, "limit": 1000}, 2,
+                                "mailbox", {"mailbox_pending"}),
+        }
+        for name, (sql, params, each, table, indexes) in statements.items():
+            (plan,), = pg.execute(("EXPLAIN (ANALYZE, FORMAT JSON) " + sql).encode(),
+                                  params).fetchall()
+            root = plan[0]["Plan"]
+            assert root["Actual Rows"] == each * len(ids), (name, root["Actual Rows"])
+            scans = {s for s in _scans(root) if s[1].startswith(table)}
+            assert scans and all(kind in ("Index Scan", "Index Only Scan", "Bitmap Heap Scan")
+                                 for kind, _ in scans), (name, scans)
+            assert _indexes(root) == indexes, (name, _indexes(root))

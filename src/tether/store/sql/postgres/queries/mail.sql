@@ -65,6 +65,18 @@ WHERE thread_id = %(thread_id)s AND consumed_step IS NULL
 ORDER BY id
 LIMIT %(limit)s;
 
+-- name: load_inbox_many
+-- load_inbox of many runs (Store.load_claimed): each run's unconsumed mail, oldest first, at
+-- most limit each, one range of mailbox_pending per run, in (thread_id, id) order. The ids
+-- come as one JSON array.
+SELECT m.thread_id, m.id, m.sender, m.message, m.created_at
+FROM json_array_elements_text(%(ids)s::json) AS x(id),
+     LATERAL (SELECT thread_id, id, sender, message, created_at FROM mailbox
+              WHERE thread_id = x.id AND consumed_step IS NULL
+              ORDER BY id
+              LIMIT %(limit)s) AS m
+ORDER BY m.thread_id, m.id;
+
 -- name: with_mail
 -- Which of these runs have unconsumed mail (a claim's runs; mailbox_pending, a probe each).
 SELECT DISTINCT thread_id FROM mailbox
