@@ -3,7 +3,7 @@ and what its past says about an answer that was refused."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import serde
@@ -19,6 +19,11 @@ async def load_state(store: Store, run: RunRecord, upto: int | None = None) -> t
     checkpoints were read after the latest snapshot (the worker's next snapshot is due when
     that reaches snapshot_every). A run at step 0 is its input: nothing is read."""
     rows = await store.load_checkpoints(run.thread_id, upto) if run.step > 0 else []
+    return state_from(run, rows)
+
+
+def state_from(run: RunRecord, rows: Sequence[CheckpointRecord]) -> tuple[State, int]:
+    """load_state from the rows store.load_checkpoints gave (read already)."""
     since_snapshot = len(rows) - (1 if rows and rows[0].kind == "s" else 0)
     return replay(run.input, ((cp.kind, cp.data) for cp in rows)), since_snapshot
 

@@ -24,14 +24,23 @@ from .calls import retry_delay
 from .config import Settings
 from .context import Context, Message, Suspend
 from .errors import DefinitionError, LeaseLost, StoreError, StoreUnavailable
-from .history import load_state
+from .history import load_state, state_from
 from .hub import EventHub, RunObserver
 from .leases import Renewals
 from .outbox import Dispatcher
 from .registry import Registry
 from .retry import FINAL_CATEGORIES, FailureCategory, categorize
 from .state import apply_delta, delta_of, encode_delta
-from .store.base import Lease, Park, RunRecord, StepCommit, Store, WorkerBeat
+from .store.base import (
+    ClaimedReads,
+    Lease,
+    Park,
+    RunRecord,
+    StepCommit,
+    Store,
+    WorkerBeat,
+    never_ran,
+)
 from .worker_records import agents_json, error_json, worker_id
 
 log = logging.getLogger("tether.worker")
@@ -249,7 +258,7 @@ class Worker:
                 except StoreError as exc:
                     log.warning("claim failed, retrying in %.1fs: %s", poll, exc)
                     claimed = []
-                mail = await self._with_mail(claimed)
+                reads = await self._load_claimed(claimed)
                 for rec in claimed:
                     if self._stopping:
                         self._orphans[rec.thread_id] = Lease(rec.thread_id, self.id, rec.epoch)
@@ -263,9 +272,8 @@ class Worker:
                     lease = Lease(rec.thread_id, self.id, rec.epoch)
                     self._leases[rec.thread_id] = lease
                     self._renewals.track(lease, since)
-                    no_mail = mail is not None and rec.thread_id not in mail
-                    self._tasks[rec.thread_id] = tg.create_task(
-                        self._drive(rec, lease, no_mail=no_mail))
+                    self._tasks[rec.thread_id] = tg.create_task(self._drive(
+                        rec, lease, reads=None if reads is None else reads.get(rec.thread_id)))
                 if len(claimed) == want:
                     await asyncio.sleep(0)
                     continue
@@ -330,22 +338,24 @@ class Worker:
 
     # -- one run ---------------------------------------------------------------------------
 
-    async def _with_mail(self, claimed: list[RunRecord]) -> set[str] | None:
-        """Which claimed runs have mail to read (None: unknown, so each reads its inbox)."""
+    async def _load_claimed(self, claimed: list[RunRecord]) -> dict[str, ClaimedReads] | None:
+        """What the claimed runs' first steps read, for all of them at once (None: not read,
+        so each run reads its own)."""
         if not claimed:
-            return set()
+            return {}
         try:
-            return await self.store.with_mail([rec.thread_id for rec in claimed])
+            return await self.store.load_claimed(claimed)
         except StoreError as exc:
-            log.debug("mail check of %d claimed runs failed: %s", len(claimed), exc)
+            log.debug("reads of %d claimed runs failed: %s", len(claimed), exc)
             return None
 
     async def _drive(self, rec: RunRecord, lease: Lease, fresh: bool = False,
-                     no_mail: bool = False) -> None:
+                     reads: ClaimedReads | None = None) -> None:
         """A run's task: run steps until the run parks, finishes, fails or is released.
         `fresh`: created just now leased to us, so it has no checkpoints, journal or mail to
         read yet (mail sent from now on is seen at its next step, as for any run mid-step);
-        `no_mail`: claimed, and a check made after the claim found no mail for it.
+        `reads`: claimed, and what its first step reads was read with the claim's other
+        runs (Store.load_claimed); None: it reads its own.
         One coroutine, not a wrapper around another: every resume of a step passes through
         each level of the chain (here, the node, ctx.call, ...), one cache miss or more each
         with thousands of runs in flight."""
@@ -357,15 +367,18 @@ class Worker:
             agent = registry.agents.get(rec.agent)
             if agent is None:  # not claimable by us; claim filters by agent
                 raise DefinitionError(f"agent {rec.agent!r} is not registered in this worker")
-            state, since_snapshot = await load_state(store, rec)
-            # Epoch 1 from a claim: the run was never leased before, so it never ran and has
-            # no journal (every journal row is written by an execution, or by a resume of a
-            # run that parked in one). Runs routed to another version's worker start so.
-            first = fresh or (rec.step == 0 and rec.epoch == 1)
-            journal = [] if first else await store.load_journal(rec.thread_id, rec.step + 1)
-            inbox = [] if fresh or no_mail else [
-                Message(m.id, m.sender, serde.loads(m.message), m.created_at)
-                for m in await store.load_inbox(rec.thread_id)]
+            if reads is not None:
+                state, since_snapshot = state_from(rec, reads.checkpoints)
+                journal, mail = reads.journal, reads.inbox
+            else:
+                state, since_snapshot = await load_state(store, rec)
+                # A run that never ran (epoch 1 from a claim; runs routed to another
+                # version's worker start so) has no journal.
+                journal = ([] if fresh or never_ran(rec)
+                           else await store.load_journal(rec.thread_id, rec.step + 1))
+                mail = [] if fresh else await store.load_inbox(rec.thread_id)
+            inbox = [Message(m.id, m.sender, serde.loads(m.message), m.created_at)
+                     for m in mail]
             step, node_name, attempt, failures = rec.step, rec.node, rec.attempt, rec.failures
             snapshot_every = self.settings.snapshot_every
             while True:

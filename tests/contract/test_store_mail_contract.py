@@ -9,6 +9,7 @@ table (the store has no API for consumed rows).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import itertools
 import uuid
@@ -644,3 +645,45 @@ async def test_sent_mail_lists_what_a_run_sent_newest_first(store: Store) -> Non
     assert [m.recipient for m in await store.sent_mail(d.thread_id)] == [a.thread_id]
     assert await store.sent_mail(b.thread_id) == []
     assert await store.sent_mail("nobody") == []
+
+
+# -- a claim's reads --------------------------------------------------------------------------
+
+
+async def test_load_claimed_reads_what_each_runs_first_step_would(store: Store) -> None:
+    """load_claimed gives each claimed run what load_checkpoints, load_journal of its next
+    step and load_inbox give it on their own: a run that never ran (nothing but its mail), a
+    run past a snapshot (the snapshot and the deltas after it), a run that journaled calls in
+    a step it did not commit (that step's journal), a run with mail beyond the first step's
+    limit of 1,000 messages, and a run without mail."""
+    fresh, stepped, journaled, full, quiet = [await create(store) for _ in range(5)]
+    lease = await claim(store, stepped)
+    for step, kind in ((1, "d"), (2, "s"), (3, "d"), (4, "d")):
+        await store.commit_step(dataclasses.replace(commit(lease, step), kind=kind))
+    await store.release_runs([lease])
+    lease = await claim(store, journaled)
+    await store.commit_step(commit(lease, 1))
+    for idx in range(3):
+        await store.record_call(lease, 2, idx, f"f{idx}", orjson.dumps(idx), args=f"[{idx}]")
+    await store.release_runs([lease])
+    for run, n in ((fresh, 2), (stepped, 1), (full, 1003)):
+        for i in range(n):
+            await store.send_message(run.thread_id, orjson.dumps([run.thread_id, i]))
+    runs = [fresh, stepped, journaled, full, quiet]
+    claimed = await store.claim_runs("w2", V, [r.agent for r in runs], 10, LONG)
+    assert {r.thread_id for r in claimed} == {r.thread_id for r in runs}
+    got = await store.load_claimed(claimed)
+    assert set(got) == {r.thread_id for r in runs}
+    for rec in claimed:
+        tid = rec.thread_id
+        reads = got[tid]
+        assert reads.checkpoints == (await store.load_checkpoints(tid) if rec.step else [])
+        assert reads.journal == ([] if tid == fresh.thread_id
+                                 else await store.load_journal(tid, rec.step + 1))
+        assert reads.inbox == await store.load_inbox(tid)
+    assert [c.step for c in got[stepped.thread_id].checkpoints] == [2, 3, 4]
+    assert [j.name for j in got[journaled.thread_id].journal] == ["f0", "f1", "f2"]
+    assert len(got[full.thread_id].inbox) == 1000
+    assert got[quiet.thread_id].inbox == [] and got[fresh.thread_id].checkpoints == []
+    assert len(got[fresh.thread_id].inbox) == 2
+    assert await store.load_claimed([]) == {}

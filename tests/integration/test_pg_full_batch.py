@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 import tether
-from tether.errors import DuplicateEffectKey, LeaseLost, RunNotFound
+from tether.errors import DuplicateEffectKey, LeaseLost, RunNotFound, StoreUnavailable
 from tether.store.base import EffectRow, Lease, NewRun, OutMessage, StepCommit
 from tether.store.postgres import PostgresStore
 
@@ -233,3 +233,63 @@ async def test_sends_made_together_share_transactions(store: PostgresStore) -> N
     for i, le in enumerate(others):
         [m] = await store.load_inbox(le.thread_id)
         assert (m.id, m.sender, orjson.loads(m.message)) == (got[4 + i], "me", {"n": 10 + i})
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["together", "load_claimed-fails"])
+async def test_actors_woken_by_mail_read_what_they_need_with_their_claim(pg_url: str,
+                                                                        fails: bool) -> None:
+    """300 parked actors woken by mail: each reads its state, journal and inbox with the
+    other runs of its claim (Store.load_claimed: a statement per kind for the batch), not in
+    three reads of its own one after the other (900 reads before), and each still gets its
+    own mail and state. `fails`: load_claimed raises, so each run reads its own, as before,
+    with the same outcome."""
+    n = 300
+    rt = tether.Runtime(pg_url, agents=[actor], version="v1", poll_interval=0.05)
+    store = rt.store
+    calls: dict[str, int] = {}
+
+    def counted(name: str) -> None:
+        real = getattr(store, name)
+
+        async def wrapper(*args: object, **kwargs: object) -> object:
+            calls[name] = calls.get(name, 0) + 1
+            if fails and name == "load_claimed":
+                raise StoreUnavailable("the reads of a claim are lost")
+            return await real(*args, **kwargs)
+
+        setattr(store, name, wrapper)
+
+    for name in ("load_checkpoints", "load_journal", "load_inbox", "load_claimed"):
+        counted(name)
+
+    async def parked_with(got: int) -> None:  # (read straight from the table: no store reads)
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+            while True:
+                cur = await conn.execute(
+                    b"SELECT count(*) FROM runs WHERE status = 'waiting' AND step = %s", (got + 1,))
+                row = await cur.fetchone()
+                if row is not None and row[0] == n:
+                    return
+                await asyncio.sleep(0.05)
+
+    try:
+        runs = await rt.start_many([{"agent": actor.name, "input": {}, "thread_id": f"a{i:03d}"}
+                                    for i in range(n)])
+        work = asyncio.create_task(rt.work(concurrency=n))
+        try:
+            await asyncio.wait_for(parked_with(0), 60)
+            calls.clear()
+            await asyncio.gather(*(rt.send(r.thread_id, {"ping": i}) for i, r in enumerate(runs)))
+            await asyncio.wait_for(parked_with(1), 60)
+            spent = dict(calls)
+        finally:
+            work.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await work
+        for run in runs[:20]:
+            assert (await rt.get(run.thread_id)).state == {"got": 1}
+    finally:
+        await rt.close()
+    per_run = [spent.get(k, 0) for k in ("load_checkpoints", "load_journal", "load_inbox")]
+    assert per_run == ([n, n, n] if fails else [0, 0, 0]), spent
+    assert 1 <= spent.get("load_claimed", 0) <= n // 10, spent

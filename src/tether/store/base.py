@@ -22,6 +22,12 @@ from .deploy_types import WorkerRecord as WorkerRecord
 from .measure import LoadStats
 from .retention_types import Retention
 from .session_types import UiSessions
+from .step_types import CHECKPOINT_COLUMNS as CHECKPOINT_COLUMNS
+from .step_types import INBOX_LIMIT as INBOX_LIMIT
+from .step_types import CheckpointRecord as CheckpointRecord
+from .step_types import ClaimedReads as ClaimedReads
+from .step_types import JournalRecord as JournalRecord
+from .step_types import MessageRecord as MessageRecord
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
@@ -77,32 +83,6 @@ class NewRun:
 
 
 @dataclass(frozen=True, slots=True)
-class CheckpointRecord:
-    thread_id: str
-    step: int
-    node: str
-    next_node: str | None
-    kind: str  # "s" snapshot | "d" delta
-    data: bytes
-    worker: str
-    attempt: int
-    started_at: float
-    finished_at: float
-
-
-CHECKPOINT_COLUMNS = tuple(CheckpointRecord.__dataclass_fields__)
-
-
-@dataclass(frozen=True, slots=True)
-class JournalRecord:
-    idx: int
-    name: str
-    result: bytes
-    args: str | None = None
-    """What the call was given, as JSON text for people (tether.calls.args_preview)."""
-
-
-@dataclass(frozen=True, slots=True)
 class InterruptRecord:
     thread_id: str
     step: int
@@ -142,12 +122,27 @@ class OutMessage:
     group: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class MessageRecord:
-    id: int
-    sender: str | None
-    message: bytes
-    created_at: float
+def never_ran(run: RunRecord) -> bool:
+    """Epoch 1 at step 0, from a claim: the run was never leased before, so it never ran and
+    has no journal (every journal row is written by an execution, or by a resume of a run
+    that parked in one)."""
+    return run.step == 0 and run.epoch == 1
+
+
+async def load_claimed_each(store: Store, runs: Sequence[RunRecord]) -> dict[str, ClaimedReads]:
+    """Store.load_claimed from the per-run reads: one with_mail for all, then each run's
+    checkpoints, journal and inbox as its first step would read them."""
+    if not runs:
+        return {}
+    mail = await store.with_mail([r.thread_id for r in runs])
+    out: dict[str, ClaimedReads] = {}
+    for run in runs:
+        tid = run.thread_id
+        out[tid] = ClaimedReads(
+            await store.load_checkpoints(tid) if run.step > 0 else [],
+            [] if never_ran(run) else await store.load_journal(tid, run.step + 1),
+            await store.load_inbox(tid, INBOX_LIMIT) if tid in mail else [])
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,12 +460,20 @@ class Store(Protocol):
         Returns the message id; raises RunNotFound for an unknown thread_id and InvalidState
         (`mail_refused`) for a finished run, which can never read it."""
 
-    async def load_inbox(self, thread_id: str, limit: int = 1000) -> list[MessageRecord]:
+    async def load_inbox(self, thread_id: str, limit: int = INBOX_LIMIT) -> list[MessageRecord]:
         """Unconsumed messages of the run, oldest first."""
 
     async def with_mail(self, thread_ids: Sequence[str]) -> set[str]:
         """The runs among `thread_ids` that have unconsumed messages (one query for a claim's
         runs: those without any skip their load_inbox)."""
+
+    async def load_claimed(self, runs: Sequence[RunRecord]) -> dict[str, ClaimedReads]:
+        """For runs just claimed by this worker, what each one's first step reads, by
+        thread_id: load_checkpoints (if its step > 0), load_journal of its next step (unless
+        it never ran) and load_inbox, for all of them at once (Postgres: one round trip, a
+        statement per kind). Safe to read early: only the lease holder writes a run's
+        checkpoints and journal, and mail that arrives later is read at its next step, as
+        for a run mid-step."""
 
     async def inbox_depth(self, thread_id: str) -> int: ...
 

@@ -27,12 +27,14 @@ from psycopg.rows import TupleRow
 from ..errors import LeaseLost, RunConflict, SchemaError, StoreUnavailable
 from .base import (
     COMPENSATION_STEP,
+    INBOX_LIMIT,
     INTERRUPT_CALL,
     RUN_COLUMNS,
     TERMINAL,
     Audit,
     AuditRecord,
     CheckpointRecord,
+    ClaimedReads,
     CommitObserver,
     EffectRecord,
     InterruptRecord,
@@ -50,6 +52,7 @@ from .listing import RunQuery, index_ordered
 from .measure import LoadStats
 from .measure import measure as measure_load
 from .migrate import behind_message
+from .pg_claimed import load_claimed
 from .pg_commit import DoneMarks, GroupCommitter
 from .pg_conn import BEGIN, Conn, Params, PgConnections
 from .pg_deploy import PgDeployments
@@ -430,7 +433,7 @@ class PostgresStore(PgSessionsPart):
     ) -> int:
         return await self._sends.send(thread_id, message, sender, audit)  # (pg_send.py)
 
-    async def load_inbox(self, thread_id: str, limit: int = 1000) -> list[MessageRecord]:
+    async def load_inbox(self, thread_id: str, limit: int = INBOX_LIMIT) -> list[MessageRecord]:
         rows = await self._conns.hot_read(
             self._q["load_inbox"], {"thread_id": thread_id, "limit": limit})
         return [MessageRecord(*r) for r in rows]
@@ -441,6 +444,9 @@ class PostgresStore(PgSessionsPart):
 
     async def with_mail(self, thread_ids: Sequence[str]) -> set[str]:
         return {r[0] for r in await self._conns.read(self._q["with_mail"], {"ids": list(thread_ids)})}
+
+    async def load_claimed(self, runs: Sequence[RunRecord]) -> dict[str, ClaimedReads]:
+        return await load_claimed(self._conns, runs)
 
     async def inbox_depth(self, thread_id: str) -> int:
         row = await self._conns.hot_read_one(self._q["inbox_depth"], {"thread_id": thread_id})

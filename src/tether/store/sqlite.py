@@ -19,12 +19,14 @@ import orjson
 from ..errors import LeaseLost, RunConflict, RunNotFound, SchemaError
 from .base import (
     COMPENSATION_STEP,
+    INBOX_LIMIT,
     INTERRUPT_CALL,
     SLEEP_CALL,
     TERMINAL,
     Audit,
     AuditRecord,
     CheckpointRecord,
+    ClaimedReads,
     CommitObserver,
     EffectRecord,
     InterruptRecord,
@@ -37,6 +39,7 @@ from .base import (
     SentRecord,
     StatusCounts,
     StepCommit,
+    load_claimed_each,
 )
 from .listing import RunQuery
 from .measure import LoadStats
@@ -310,7 +313,7 @@ class SQLiteStore(SQLiteSessionsPart):
         self.work_available.set()
         return mid
 
-    async def load_inbox(self, thread_id: str, limit: int = 1000) -> list[MessageRecord]:
+    async def load_inbox(self, thread_id: str, limit: int = INBOX_LIMIT) -> list[MessageRecord]:
         q = self._q["load_inbox"]
         rows = await self._r(lambda c: c.execute(q, {"thread_id": thread_id, "limit": limit}).fetchall())
         return [MessageRecord(*r) for r in rows]
@@ -322,6 +325,9 @@ class SQLiteStore(SQLiteSessionsPart):
     async def with_mail(self, thread_ids: Sequence[str]) -> set[str]:
         q, ids = self._q["with_mail"], {"ids": orjson.dumps(list(thread_ids)).decode()}
         return {r[0] for r in await self._r(lambda c: c.execute(q, ids).fetchall())}
+
+    async def load_claimed(self, runs: Sequence[RunRecord]) -> dict[str, ClaimedReads]:
+        return await load_claimed_each(self, runs)  # (local reads: one at a time is as fast)
 
     async def inbox_depth(self, thread_id: str) -> int:
         q = self._q["inbox_depth"]

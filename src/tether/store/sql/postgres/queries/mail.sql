@@ -13,7 +13,7 @@ WITH m AS (
 w AS (
     UPDATE runs SET status = 'queued', waiting_for = NULL,
                     updated_at = extract(epoch FROM clock_timestamp())::float8
-    WHERE thread_id = %(thread_id)s AND status = 'waiting' AND waiting_for = 'mail'
+    WHERE thread_id = %(thread_id)s AND status || '' = 'waiting' AND waiting_for = 'mail'
     RETURNING version
 ),
 woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM w)
@@ -24,22 +24,35 @@ SELECT m.id, (SELECT count(*) FROM woke) FROM m;
 -- (lock_runs_many): mail to each recipient that exists and has not finished, in the order
 -- given (ids follow it); recipients idle for mail are woken and announced. The mail comes as
 -- one JSON array of rows, the messages as base64. Returns each message's (recipient, id).
+-- Every recipient is found by primary key, one lookup each (OFFSET 0 keeps it so), and woken
+-- by TID, whatever the planner's statistics say (see wake_after_commit).
 WITH m AS (
     INSERT INTO mailbox (thread_id, sender, message, created_at)
     SELECT y.recipient, y.sender, decode(y.message, 'base64'),
            extract(epoch FROM clock_timestamp())::float8
     FROM ROWS FROM (json_to_recordset(%(mail)s::json)
                     AS (recipient text, sender text, message text))
-         WITH ORDINALITY AS y(recipient, sender, message, n)
-    JOIN runs r ON r.thread_id = y.recipient
-    WHERE r.status NOT IN ('completed', 'failed', 'cancelled')
+         WITH ORDINALITY AS y(recipient, sender, message, n),
+         LATERAL (SELECT 1 FROM runs r
+                  WHERE r.thread_id = y.recipient
+                    AND r.status NOT IN ('completed', 'failed', 'cancelled')
+                  OFFSET 0) AS open
     ORDER BY y.n
     RETURNING id, thread_id
+),
+wt AS MATERIALIZED (
+    SELECT l.rid
+    FROM (SELECT DISTINCT thread_id FROM m) AS x,
+         LATERAL (SELECT ctid AS rid FROM runs
+                  WHERE thread_id = x.thread_id
+                    AND status || '' = 'waiting' AND waiting_for = 'mail'
+                  OFFSET 0) AS l
 ),
 w AS (
     UPDATE runs SET status = 'queued', waiting_for = NULL,
                     updated_at = extract(epoch FROM clock_timestamp())::float8
-    WHERE thread_id IN (SELECT thread_id FROM m) AND status = 'waiting' AND waiting_for = 'mail'
+    WHERE ctid = ANY (ARRAY(SELECT rid FROM wt))
+      AND status || '' = 'waiting' AND waiting_for = 'mail'
     RETURNING version
 ),
 woke AS MATERIALIZED (SELECT pg_notify('tether_work', v.version)
@@ -51,6 +64,18 @@ SELECT id, sender, message, created_at FROM mailbox
 WHERE thread_id = %(thread_id)s AND consumed_step IS NULL
 ORDER BY id
 LIMIT %(limit)s;
+
+-- name: load_inbox_many
+-- load_inbox of many runs (Store.load_claimed): each run's unconsumed mail, oldest first, at
+-- most limit each, one range of mailbox_pending per run, in (thread_id, id) order. The ids
+-- come as one JSON array.
+SELECT m.thread_id, m.id, m.sender, m.message, m.created_at
+FROM json_array_elements_text(%(ids)s::json) AS x(id),
+     LATERAL (SELECT thread_id, id, sender, message, created_at FROM mailbox
+              WHERE thread_id = x.id AND consumed_step IS NULL
+              ORDER BY id
+              LIMIT %(limit)s) AS m
+ORDER BY m.thread_id, m.id;
 
 -- name: with_mail
 -- Which of these runs have unconsumed mail (a claim's runs; mailbox_pending, a probe each).

@@ -215,7 +215,7 @@ wp AS (
     UPDATE runs SET status = 'queued', waiting_for = NULL,
                     updated_at = extract(epoch FROM clock_timestamp())::float8
     WHERE thread_id = (SELECT parent_thread_id FROM runs WHERE thread_id = %(thread_id)s)
-      AND status = 'waiting' AND waiting_for = 'join' AND EXISTS (SELECT 1 FROM u)
+      AND status || '' = 'waiting' AND waiting_for = 'join' AND EXISTS (SELECT 1 FROM u)
     RETURNING version
 ),
 woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM wp),

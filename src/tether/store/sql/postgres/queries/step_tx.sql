@@ -7,27 +7,40 @@
 -- before any of them is read for a decision: a concurrent park or send either commits first
 -- (and the later statements of this transaction see it) or waits for us. Returns the ones
 -- that exist, each with its epoch and status (what a fence on it will find).
-SELECT thread_id, epoch, status FROM runs
-WHERE thread_id = ANY(%(ids)s::text[])
-   OR thread_id = (SELECT parent_thread_id FROM runs
-                   WHERE thread_id = %(thread_id)s AND %(parent)s::boolean)
-ORDER BY thread_id
-FOR NO KEY UPDATE;
+-- One primary-key lookup and lock per id, made in the ids' order (the outer side of the
+-- nested loop, sorted); a lock of `runs` joined to the ids, or with an OR, was planned
+-- without statistics as a scan of the whole table: O(runs) per step, 20,000 rows read to
+-- lock 200 (and, at a million parked actors, a million).
+SELECT r.thread_id, r.epoch, r.status
+FROM (SELECT w.id
+      FROM (SELECT unnest(%(ids)s::text[])
+            UNION
+            SELECT parent_thread_id FROM runs
+            WHERE thread_id = %(thread_id)s AND %(parent)s::boolean) AS w(id)
+      WHERE w.id IS NOT NULL
+      ORDER BY w.id) AS w,
+     LATERAL (SELECT thread_id, epoch, status FROM runs WHERE thread_id = w.id
+              FOR NO KEY UPDATE) AS r
+ORDER BY r.thread_id;
 
 -- name: lock_runs_many
 -- lock_runs for many steps' transactions sharing one commit (pg_full.py): every run row
 -- they touch (the runs, their recipients, the parents of those that finish), in thread_id
--- order, in one statement. The ids come as JSON arrays (one parameter each to encode).
+-- order, in one statement, one primary-key lookup each (see lock_runs). The ids come as JSON
+-- arrays (one parameter each to encode).
 SELECT r.thread_id, r.epoch, r.status
-FROM (SELECT i.id FROM json_array_elements_text(%(ids)s::json) AS i(id)
-      UNION
-      SELECT c.parent_thread_id
-      FROM json_array_elements_text(%(terminal)s::json) AS f(id)
-      JOIN runs c ON c.thread_id = f.id
-      WHERE c.parent_thread_id IS NOT NULL) AS w
-JOIN runs r ON r.thread_id = w.id
-ORDER BY r.thread_id
-FOR NO KEY UPDATE OF r;
+FROM (SELECT w.id
+      FROM (SELECT i.id FROM json_array_elements_text(%(ids)s::json) AS i(id)
+            UNION
+            SELECT c.parent_thread_id
+            FROM json_array_elements_text(%(terminal)s::json) AS f(id),
+                 LATERAL (SELECT parent_thread_id FROM runs WHERE thread_id = f.id
+                          OFFSET 0) AS c
+            WHERE c.parent_thread_id IS NOT NULL) AS w
+      ORDER BY w.id) AS w,
+     LATERAL (SELECT thread_id, epoch, status FROM runs WHERE thread_id = w.id
+              FOR NO KEY UPDATE) AS r
+ORDER BY r.thread_id;
 
 -- name: effect_keys_taken
 -- Which of a step's effect keys the run already used (explicit keys must be unique per run).
@@ -94,22 +107,36 @@ SELECT 1 FROM c;
 -- commit_step_tx committed the step (ok: the run is at this step under the caller's epoch):
 -- recipients idle for mail become queued; so does the run itself if it parks for mail while
 -- mail waits; a finished run's parent parked in join re-checks its children. Announces them
--- (and, when asked, the run's own new work) on tether_work.
+-- (and, when asked, the run's own new work) on tether_work. Every wake-up finds its rows by
+-- primary key, one lookup per recipient (OFFSET 0 keeps it so), and the status tests are
+-- written `status || ''` so that no partial index on status (runs_open) can serve them
+-- instead: without statistics (a runs table not analyzed since it filled) status = 'waiting'
+-- looks rare, and an update planned as a walk over every parked run (runs_open or the table),
+-- joined to its recipients, cost O(parked) per batch of mail: 682-761 ms for 200-500
+-- messages among 20,000 parked actors. (The same in wake_after_commit_many, send_messages.)
 WITH ok AS MATERIALIZED (
     SELECT 1 FROM runs
     WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND step = %(step)s
 ),
-wm AS (
+wt AS MATERIALIZED (
+    SELECT l.rid
+    FROM (SELECT DISTINCT x.id FROM unnest(%(recipients)s::text[]) AS x(id)) AS x,
+         LATERAL (SELECT ctid AS rid FROM runs
+                  WHERE thread_id = x.id AND status || '' = 'waiting' AND waiting_for = 'mail'
+                  OFFSET 0) AS l
+    WHERE EXISTS (SELECT 1 FROM ok)
+),
+wm AS (  -- (by TID: the rows were locked by lock_runs, they stay where they are)
     UPDATE runs SET status = 'queued', waiting_for = NULL,
                     updated_at = extract(epoch FROM clock_timestamp())::float8
-    WHERE thread_id = ANY(%(recipients)s::text[]) AND status = 'waiting' AND waiting_for = 'mail'
-      AND EXISTS (SELECT 1 FROM ok)
+    WHERE ctid = ANY (ARRAY(SELECT rid FROM wt))
+      AND status || '' = 'waiting' AND waiting_for = 'mail'
     RETURNING version
 ),
 rq AS (
     UPDATE runs SET status = 'queued', waiting_for = NULL
     WHERE %(mail)s::boolean AND EXISTS (SELECT 1 FROM ok)
-      AND thread_id = %(thread_id)s AND status = 'waiting'
+      AND thread_id = %(thread_id)s AND status || '' = 'waiting'
       AND waiting_for = 'mail'
       AND NOT (thread_id = ANY(%(recipients)s::text[]))
       AND EXISTS (SELECT 1 FROM mailbox WHERE thread_id = %(thread_id)s AND consumed_step IS NULL)
@@ -120,7 +147,7 @@ wp AS (
                     updated_at = extract(epoch FROM clock_timestamp())::float8
     WHERE %(parent)s::boolean AND EXISTS (SELECT 1 FROM ok)
       AND thread_id = (SELECT parent_thread_id FROM runs WHERE thread_id = %(thread_id)s)
-      AND status = 'waiting' AND waiting_for = 'join'
+      AND status || '' = 'waiting' AND waiting_for = 'join'
     RETURNING version
 ),
 woke AS MATERIALIZED (
@@ -256,7 +283,10 @@ SELECT thread_id FROM u;
 -- as JSON arrays of rows. Only steps that committed (ok) wake anyone. It sees every
 -- step of the batch, so a run of the batch that parks for mail is woken here by mail a
 -- batch-mate sent it (wm), as by mail that waited before (rq). The three updates touch
--- different rows (recipients; parkers that are not recipients; parents in join).
+-- different rows (recipients; parkers that are not recipients; parents in join). Every row
+-- is found by primary key, one lookup each (OFFSET 0 keeps it so), and the updates reach
+-- them by TID (the rows were locked by lock_runs_many: they stay where they are), whatever
+-- the planner's statistics say (see wake_after_commit).
 WITH s AS MATERIALIZED (
     SELECT * FROM json_to_recordset(%(steps)s::json)
         AS x(thread_id text, epoch bigint, step bigint, parent boolean, mail boolean,
@@ -264,33 +294,59 @@ WITH s AS MATERIALIZED (
 ),
 ok AS MATERIALIZED (
     SELECT s.thread_id, s.parent, s.mail, s.notify, s.effects, r.parent_thread_id, r.version
-    FROM s JOIN runs r ON r.thread_id = s.thread_id AND r.epoch = s.epoch AND r.step = s.step
+    FROM s, LATERAL (SELECT parent_thread_id, version FROM runs
+                     WHERE thread_id = s.thread_id AND epoch = s.epoch AND step = s.step
+                     OFFSET 0) AS r
 ),
 rc AS MATERIALIZED (
     SELECT DISTINCT x.recipient
     FROM json_to_recordset(%(mail)s::json) AS x(sender text, recipient text)
     WHERE x.sender IN (SELECT thread_id FROM ok)
 ),
+tm AS MATERIALIZED (  -- the rows to wake: recipients (tm), parkers (tq), parents (tp)
+    SELECT l.rid
+    FROM rc, LATERAL (SELECT ctid AS rid FROM runs
+                      WHERE thread_id = rc.recipient
+                        AND status || '' = 'waiting' AND waiting_for = 'mail'
+                      OFFSET 0) AS l
+),
+tq AS MATERIALIZED (
+    SELECT l.rid
+    FROM (SELECT thread_id FROM ok WHERE mail
+          EXCEPT SELECT recipient FROM rc) AS p,
+         LATERAL (SELECT ctid AS rid FROM runs
+                  WHERE thread_id = p.thread_id
+                    AND status || '' = 'waiting' AND waiting_for = 'mail'
+                    AND EXISTS (SELECT 1 FROM mailbox m
+                                WHERE m.thread_id = p.thread_id AND m.consumed_step IS NULL)
+                  OFFSET 0) AS l
+),
+tp AS MATERIALIZED (
+    SELECT l.rid
+    FROM (SELECT DISTINCT parent_thread_id FROM ok WHERE parent) AS p,
+         LATERAL (SELECT ctid AS rid FROM runs
+                  WHERE thread_id = p.parent_thread_id
+                    AND status || '' = 'waiting' AND waiting_for = 'join'
+                  OFFSET 0) AS l
+),
 wm AS (
     UPDATE runs SET status = 'queued', waiting_for = NULL,
                     updated_at = extract(epoch FROM clock_timestamp())::float8
-    WHERE thread_id IN (SELECT recipient FROM rc) AND status = 'waiting' AND waiting_for = 'mail'
+    WHERE ctid = ANY (ARRAY(SELECT rid FROM tm))
+      AND status || '' = 'waiting' AND waiting_for = 'mail'
     RETURNING version
 ),
 rq AS (
     UPDATE runs SET status = 'queued', waiting_for = NULL
-    WHERE thread_id IN (SELECT thread_id FROM ok WHERE mail)
-      AND thread_id NOT IN (SELECT recipient FROM rc)
-      AND status = 'waiting' AND waiting_for = 'mail'
-      AND EXISTS (SELECT 1 FROM mailbox m
-                  WHERE m.thread_id = runs.thread_id AND m.consumed_step IS NULL)
+    WHERE ctid = ANY (ARRAY(SELECT rid FROM tq))
+      AND status || '' = 'waiting' AND waiting_for = 'mail'
     RETURNING version
 ),
 wp AS (
     UPDATE runs SET status = 'queued', waiting_for = NULL,
                     updated_at = extract(epoch FROM clock_timestamp())::float8
-    WHERE thread_id IN (SELECT parent_thread_id FROM ok WHERE parent)
-      AND status = 'waiting' AND waiting_for = 'join'
+    WHERE ctid = ANY (ARRAY(SELECT rid FROM tp))
+      AND status || '' = 'waiting' AND waiting_for = 'join'
     RETURNING version
 ),
 woke AS MATERIALIZED (
@@ -321,7 +377,7 @@ wp AS (
     UPDATE runs SET status = 'queued', waiting_for = NULL,
                     updated_at = extract(epoch FROM clock_timestamp())::float8
     WHERE thread_id = (SELECT parent_thread_id FROM u)
-      AND status = 'waiting' AND waiting_for = 'join'
+      AND status || '' = 'waiting' AND waiting_for = 'join'
     RETURNING version
 ),
 woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM wp),
@@ -374,7 +430,7 @@ SELECT (SELECT count(*) FROM woke) FROM u;
 -- and wakes it (wake_after_commit) instead.
 WITH w AS (
     UPDATE runs SET status = 'queued', waiting_for = NULL
-    WHERE thread_id = %(thread_id)s AND status = 'waiting' AND waiting_for = 'join'
+    WHERE thread_id = %(thread_id)s AND status || '' = 'waiting' AND waiting_for = 'join'
       AND NOT EXISTS (SELECT 1 FROM runs c
                       WHERE c.thread_id = ANY(%(children)s::text[])
                         AND c.status NOT IN ('completed', 'failed', 'cancelled'))

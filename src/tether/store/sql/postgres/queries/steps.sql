@@ -23,6 +23,17 @@ SELECT idx, name, result, args FROM journal
 WHERE thread_id = %(thread_id)s AND step = %(step)s
 ORDER BY idx;
 
+-- name: load_journal_many
+-- load_journal of many runs, each at its own step (Store.load_claimed): one primary-key
+-- lookup per run (see load_checkpoints_many), in (thread_id, idx) order. The runs come as one
+-- JSON array of {thread_id, step}.
+SELECT j.thread_id, j.idx, j.name, j.result, j.args
+FROM json_to_recordset(%(runs)s::json) AS x(thread_id text, step bigint),
+     LATERAL (SELECT thread_id, idx, name, result, args FROM journal
+              WHERE thread_id = x.thread_id AND step = x.step
+              OFFSET 0) AS j
+ORDER BY j.thread_id, j.idx;
+
 -- name: journal_usage
 -- The run's journaled results that carry their call's token usage (serde.with_usage: they
 -- begin with %(prefix)s); one row per call, so a sum over them counts each call once.
@@ -205,6 +216,20 @@ WHERE thread_id = %(thread_id)s AND step <= %(upto)s
                         WHERE thread_id = %(thread_id)s AND kind = 's' AND step <= %(upto)s),
                        0)
 ORDER BY step;
+
+-- name: load_checkpoints_many
+-- load_checkpoints (no upto) of many runs (Store.load_claimed): each run's rows by primary
+-- key, one lookup per run (LATERAL ... OFFSET 0: no scan of the table, whatever the
+-- statistics), in (thread_id, step) order. The ids come as one JSON array.
+SELECT c.*
+FROM json_array_elements_text(%(ids)s::json) AS x(id),
+     LATERAL (SELECT {{checkpoint_columns}}
+              FROM checkpoints
+              WHERE thread_id = x.id
+                AND step >= coalesce((SELECT max(step) FROM checkpoints
+                                      WHERE thread_id = x.id AND kind = 's'), 0)
+              OFFSET 0) AS c
+ORDER BY c.thread_id, c.step;
 
 -- name: checkpoints
 SELECT {{checkpoint_columns}}
