@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any, TypeVar
 
 from . import deploy, serde, starting
@@ -80,9 +81,7 @@ class Runtime:
         self.registry = Registry(version, self.store.dialect, agents)
         self.retention = standing(retention)
         """The standing retention policy its workers apply (`Policy.every` seconds apart)."""
-        self.tune = tune
-        """Whether the interpreter is tuned while this runtime is open and its workers run
-        (tether.tuning; only settings still at Python's defaults, restored after)."""
+        self.tune = tune  # tether.tuning while it is open and its workers run
 
     def _setup(self, settings: Settings, version: str, store: Store | None = None) -> None:
         self.settings = settings
@@ -214,8 +213,7 @@ class Runtime:
                         raise SchemaError(f"{exc} (the database URL came from "
                                           f"{self.settings.source('db')})") from None
                     self._opened = True
-                    if self.tune:
-                        self._tuning.enter_context(runtime_tuned())
+                    self._tuning.enter_context(runtime_tuned() if self.tune else nullcontext())
                     await self._deploys.current_routes()  # read now, not in a burst of starts
         return self
 
@@ -309,7 +307,7 @@ class Runtime:
     async def get(self, thread_id: str) -> Run:
         """The run with its current state, inbox depth and actor state."""
         rec = await self._record(thread_id)
-        run = await self._with_state(rec)
+        run = await with_state(self.store, rec)
         depth = await self.store.inbox_depth(thread_id)
         return dataclasses.replace(run, inbox_depth=depth, usage=await self.usage(thread_id))
 
@@ -389,7 +387,7 @@ class Runtime:
             thread_id, node, audit=audit_of(actor, "retry", thread_id, thread_id, {"node": node}))
         if moved is None:
             raise InvalidState(f"run {thread_id!r} changed while being retried; look again")
-        return await self._with_state(moved)
+        return await with_state(self.store, moved)
 
     async def release_worker(self, worker_id: str, *, actor: str | None = None) -> list[str]:
         """Give back every run and effect `worker_id` leases now, instead of waiting out its
@@ -415,7 +413,7 @@ class Runtime:
         if rec.status == "cancelled":
             self.hub.emit(thread_id, {"type": "cancelled", "step": rec.step})
         self.hub.notify_finished(thread_id)
-        return await self._with_state(rec)
+        return await with_state(self.store, rec)
 
     async def checkpoints(self, thread_id: str) -> list[Checkpoint]:
         """Every committed step of the run with the state after it."""
@@ -433,10 +431,9 @@ class Runtime:
                    tune: bool | None = None, cpu_workers: int | None = None) -> None:
         """Run a worker in this process until `stop` is set, SIGTERM handling aside (the CLI
         installs it), or the task is cancelled. While it runs, the interpreter is set up for
-        thousands of steps in flight (the collector's thresholds and the GIL's switch
-        interval, each only if still at Python's default, restored when the process's last
-        worker stops; see tether.tuning); `tune=False` leaves the interpreter as it is
-        (default: the runtime's `tune`).
+        thousands of steps in flight (the collector's thresholds and the GIL's switch interval,
+        each only if still at Python's default, restored when the process's last worker stops;
+        see tether.tuning); `tune=False` leaves the interpreter as it is (default: Runtime's).
         `cpu_workers`: processes of the pool that runs ctx.cpu_call (default: the runtime's
         setting, else one per CPU)."""
         await self.open()
@@ -446,8 +443,7 @@ class Runtime:
         worker = Worker(self.store, self.registry, self.hub, settings, concurrency=n)
         self._workers.append(worker)
         try:
-            tuned = self.tune if tune is None else tune
-            with worker_tuned(n) if tuned else contextlib.nullcontext():
+            with worker_tuned(n) if (self.tune if tune is None else tune) else nullcontext():
                 await alongside(worker.run(stop), self.store, self.retention,
                                 self.settings.lease_ttl)
         finally:
@@ -599,11 +595,4 @@ class Runtime:
         nothing moves, unless `skip_refused`; `dry_run` only plans."""
         await self.open()
         return await self._deploys.upgrade(from_version, to_version, thread_ids=thread_ids,
-                                           dry_run=dry_run, skip_refused=skip_refused,
-                                           actor=actor)
-
-    # -- internals -------------------------------------------------------------------------
-
-    async def _with_state(self, rec: RunRecord) -> Run:
-        return await with_state(self.store, rec)
-
+                                           dry_run=dry_run, skip_refused=skip_refused, actor=actor)

@@ -25,8 +25,8 @@ _holds: list[tuple[int, bool]] = []
 """What each tuned part of the process asks for while it lasts (an open runtime, a running
 worker): the collector's young threshold, and whether the GIL's switch interval is shortened.
 The process runs with the largest threshold asked for, the switch interval shortened while any
-worker runs; the first one in finds out which settings are still Python's to change, and the
-last one out puts those back."""
+worker runs; a setting found at Python's default when one comes in is changed, and the last one
+out puts it back."""
 _ours: dict[str, object] = {}
 """The settings this module set, by name, as it set them: one found otherwise later was
 changed by the program, and is left alone from then on."""
@@ -36,12 +36,11 @@ changed by the program, and is left alone from then on."""
 def process_tuned(young: int, switch: bool) -> Iterator[None]:
     """Hold the collector's young threshold at `young` or above (and the switch interval
     short, if `switch`) for the block, alongside every other holder in the process."""
-    if not _holds:
-        _ours.clear()
-        if gc.get_threshold() == _GC_DEFAULT:
-            _ours["gc"] = _GC_DEFAULT
-        if sys.getswitchinterval() == _SWITCH_DEFAULT:
-            _ours["switch"] = _SWITCH_DEFAULT
+    # A setting at Python's default is ours from now on (also one the program set back to it).
+    if "gc" not in _ours and gc.get_threshold() == _GC_DEFAULT:
+        _ours["gc"] = _GC_DEFAULT
+    if "switch" not in _ours and sys.getswitchinterval() == _SWITCH_DEFAULT:
+        _ours["switch"] = _SWITCH_DEFAULT
     hold = (young, switch)
     _holds.append(hold)
     _apply()

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from tether import tuning
 from tether.tuning import (
     _GC_DEFAULT,
     _GC_WORKER,
@@ -40,6 +41,14 @@ SETTINGS = {
     "switch": Setting(sys.getswitchinterval, sys.setswitchinterval, _SWITCH_DEFAULT,
                       _SWITCH_WORKER, 0.002, switch_interval_tuned),
 }
+
+
+@pytest.fixture(autouse=True)
+def _no_other_holders(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with no tuned part in the process: a runtime another test of this
+    process left open would hold the collector tuned until the process ends."""
+    monkeypatch.setattr(tuning, "_holds", [])
+    monkeypatch.setattr(tuning, "_ours", {})
 
 
 @pytest.fixture(params=list(SETTINGS))

@@ -74,6 +74,11 @@ class PgCost:
             self.walinspect = True
         except psycopg.Error:
             self.walinspect = False
+        # The extension's catalog rows are this watcher's own writes: have them reported now
+        # (a backend reports its counts about once a second), not in an interval measured.
+        with contextlib.suppress(psycopg.Error):  # Postgres 15 and later
+            await self._conn.execute("SELECT pg_stat_force_next_flush()")
+            await self._conn.execute("SELECT 1")
         self.oid = int((await self._one("SELECT oid FROM pg_database "
                                         "WHERE datname = current_database()"))[0])
         return self
