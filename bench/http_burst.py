@@ -37,6 +37,7 @@ from rich.console import Console
 from rich.table import Table
 
 import tether
+from bench.pairs import metrics_of
 from bench.streams import HEADERS, cpu_seconds, free_port, migrate, wait_up
 from tether.bench.checkpoint import W2_STEPS, w2_agent, w2_bare, w2_delays
 from tether.bench.common import bench_db
@@ -208,12 +209,7 @@ def reference(backend: str, runs: int, path: str, src: Path | None) -> dict[str,
         [*([str(src)] if src else []), str(root), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "-m", "bench.workloads", "W2", backend, str(runs),
                           path], cwd=root, env=env, capture_output=True, text=True, check=True)
-    got: dict[str, float] = {}
-    for line in out.stdout.splitlines():
-        if line.startswith("{"):
-            row = orjson.loads(line)
-            got[row["metric"].rsplit("_", 1)[0]] = float(row["value"])
-    return got
+    return metrics_of(out.stdout, unsized=True)
 
 
 def main() -> None:

@@ -29,7 +29,6 @@ a dropped span would pass for a cheap one).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -38,6 +37,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from bench.pairs import metrics_of
 
 HERE = Path(__file__).resolve().parent.parent
 _TRACING = {"TETHER_BENCH_OBSERVE": "tracing"}
@@ -75,12 +76,7 @@ def run_variant(variant: str, backend: str, runs: int) -> dict[str, float]:
                          cwd=HERE, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"W2 with {variant} failed:\n{out.stderr[-2000:]}")
-    metrics: dict[str, float] = {}
-    for line in out.stdout.splitlines():
-        if line.startswith("{"):
-            row = json.loads(line)
-            metrics[row["metric"].rsplit("_", 1)[0]] = float(row["value"])
-    return metrics
+    return metrics_of(out.stdout, unsized=True)
 
 
 def run_floor(runs: int, mode: str) -> float:

@@ -25,17 +25,25 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
 
 
+def metrics_of(stdout: str, unsized: bool = False) -> dict[str, float]:
+    """The metrics a `python -m bench.workloads` run printed (its JSON lines), by name;
+    `unsized`: without the size suffix (wall_s_10k -> wall_s)."""
+    metrics: dict[str, float] = {}
+    for line in stdout.splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            name = row["metric"].rsplit("_", 1)[0] if unsized else row["metric"]
+            metrics[name] = float(row["value"])
+    return metrics
+
+
 def run_once(checkout: Path, args: list[str]) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": f"{checkout / 'src'}{os.pathsep}{checkout}"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run([sys.executable, "-m", "bench.workloads", *args], cwd=checkout, env=env,
                          capture_output=True, text=True, check=True).stdout
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    metrics = {}
-    for line in out.splitlines():
-        if line.startswith("{"):
-            row = json.loads(line)
-            metrics[row["metric"]] = float(row["value"])
+    metrics = metrics_of(out)
     metrics["cpu_s"] = round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 3)
     return metrics
 

@@ -15,13 +15,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import sys
-from collections.abc import Callable, Iterator
-from typing import Final, TypeVar
+from collections.abc import Iterator
+from typing import Final
 
-T = TypeVar("T")
-
-
-_holds: list[tuple[int, bool]] = []
+_holds: list[tuple[int | None, bool]] = []
 """What each tuned part of the process asks for while it lasts (an open runtime, a running
 worker): the collector's young threshold, and whether the GIL's switch interval is shortened.
 The process runs with the largest threshold asked for, the switch interval shortened while any
@@ -33,9 +30,9 @@ changed by the program, and is left alone from then on."""
 
 
 @contextlib.contextmanager
-def process_tuned(young: int, switch: bool) -> Iterator[None]:
-    """Hold the collector's young threshold at `young` or above (and the switch interval
-    short, if `switch`) for the block, alongside every other holder in the process."""
+def process_tuned(young: int | None, switch: bool) -> Iterator[None]:
+    """Hold the collector's young threshold at `young` or above (None: no ask) and the switch
+    interval short, if `switch`, for the block, alongside every other holder in the process."""
     # A setting at Python's default is ours from now on (also one the program set back to it).
     if "gc" not in _ours and gc.get_threshold() == _GC_DEFAULT:
         _ours["gc"] = _GC_DEFAULT
@@ -53,8 +50,8 @@ def process_tuned(young: int, switch: bool) -> Iterator[None]:
 
 def _apply() -> None:
     """Set each setting still ours to what the holders ask for (the default when none)."""
-    gc_want = ((max(y for y, _ in _holds), _GC_WORKER[1], _GC_WORKER[2]) if _holds
-               else _GC_DEFAULT)
+    young = max((y for y, _ in _holds if y is not None), default=None)
+    gc_want = _GC_DEFAULT if young is None else (young, _GC_WORKER[1], _GC_WORKER[2])
     switch_want = _SWITCH_WORKER if any(s for _, s in _holds) else _SWITCH_DEFAULT
     if "gc" in _ours:
         if gc.get_threshold() != _ours["gc"]:
@@ -111,8 +108,7 @@ def gc_tuned(concurrency: int = 1) -> contextlib.AbstractContextManager[None]:
     not memory, trigger collections; objects freed by reference counting (nearly all of a
     step's) never wait for the collector, so only cyclic garbage waits longer, at most about
     a threshold's worth of objects."""
-    return _tuned(gc.get_threshold, lambda t: gc.set_threshold(*t), _GC_DEFAULT,
-                  gc_thresholds(concurrency))
+    return process_tuned(gc_thresholds(concurrency)[0], switch=False)
 
 
 _SWITCH_DEFAULT: Final = 0.005
@@ -128,22 +124,4 @@ def switch_interval_tuned() -> contextlib.AbstractContextManager[None]:
     With Python's default of 5 ms that was about 20 ms per group commit at 10,000 concurrent
     runs (bench W2), every step waiting on it. The interval only matters when threads
     contend for the GIL."""
-    return _tuned(sys.getswitchinterval, sys.setswitchinterval, _SWITCH_DEFAULT, _SWITCH_WORKER)
-
-
-@contextlib.contextmanager
-def _tuned(get: Callable[[], T], put: Callable[[T], None], default: T, tuned: T
-           ) -> Iterator[None]:
-    """Set an interpreter setting to `tuned` for the block if it is at `default`, and back
-    after (unless someone changed it meanwhile); leave it alone if it was not at default."""
-    if get() != default:
-        yield
-        return
-    put(tuned)
-    try:
-        yield
-    finally:
-        if get() == tuned:
-            put(default)
-
-
+    return process_tuned(None, switch=True)

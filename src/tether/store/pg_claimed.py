@@ -29,14 +29,15 @@ async def load_claimed(conns: PgConnections, runs: Sequence[RunRecord]
     if not runs:
         return {}
     q = conns.q
-    stepped = [r.thread_id for r in runs if r.step > 0]
-    ran = [{"thread_id": r.thread_id, "step": r.step + 1} for r in runs if not never_ran(r)]
-    statements: list[tuple[bytes, Params]] = [(q["load_inbox_many"], {
-        "ids": orjson.dumps([r.thread_id for r in runs]).decode(), "limit": INBOX_LIMIT})]
-    if stepped:
-        statements.append((q["load_checkpoints_many"], {"ids": orjson.dumps(stepped).decode()}))
-    if ran:
-        statements.append((q["load_journal_many"], {"runs": orjson.dumps(ran).decode()}))
+    statements: list[tuple[bytes, Params]] = [
+        (q["load_inbox_many"], {"ids": orjson.dumps([r.thread_id for r in runs]).decode(),
+                                "limit": INBOX_LIMIT}),
+        (q["load_checkpoints_many"], {"ids": orjson.dumps(
+            [r.thread_id for r in runs if r.step > 0]).decode()}),
+        (q["load_journal_many"], {"runs": orjson.dumps(
+            [{"thread_id": r.thread_id, "step": r.step + 1}
+             for r in runs if not never_ran(r)]).decode()}),
+    ]
 
     async def body(conn: Conn) -> list[list[TupleRow]]:
         async def send() -> list[AsyncCursor[TupleRow]]:
@@ -47,14 +48,12 @@ async def load_claimed(conns: PgConnections, runs: Sequence[RunRecord]
 
         return [await cur.fetchall() for cur in await pipelined(conn, send)]
 
-    found = await conns.transaction(body, body_commits=True)
+    inbox, checkpoints, journal = await conns.transaction(body, body_commits=True)
     out = {r.thread_id: ClaimedReads([], [], []) for r in runs}
-    for r in found[0]:
+    for r in inbox:
         out[r[0]].inbox.append(MessageRecord(r[1], r[2], r[3], r[4]))
-    if stepped:
-        for r in found[1]:
-            out[r[0]].checkpoints.append(CheckpointRecord(*r))
-    if ran:
-        for r in found[-1]:
-            out[r[0]].journal.append(JournalRecord(r[1], r[2], r[3], r[4]))
+    for r in checkpoints:
+        out[r[0]].checkpoints.append(CheckpointRecord(*r))
+    for r in journal:
+        out[r[0]].journal.append(JournalRecord(r[1], r[2], r[3], r[4]))
     return out
