@@ -3,13 +3,17 @@ updated_at while a run is queued, waiting or sleeping, NULL while it runs or onc
 whatever moved it there. Real runs through the Runtime on both stores (queued before any
 worker, an interrupt asked and answered, mail, a sleep, a failure retried, a cancel, parked
 runs moved to another version), then every row checked in SQL. Postgres computes it (a
-generated column); SQLite keeps it by triggers on status and version, exact only while no
-statement moves a resting run's updated_at without setting one of them: this test is what
-says so."""
+generated column); SQLite's statements that change a run's status set idle_at and finished_at
+themselves (the `resting` fragment), with triggers on status and version behind them for any
+other writer: the second test drops the triggers and checks the statements alone."""
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from typing import Any
+
+import pytest
 
 from apps import eventually, inprocess
 from apps.modes import modes_agent, rows_off
@@ -21,12 +25,17 @@ CHECK = ("SELECT thread_id, status, updated_at, idle_at FROM runs WHERE idle_at 
          "updated_at END)")
 
 
+FINISHED = ("SELECT thread_id, status, updated_at, finished_at FROM runs WHERE finished_at IS "
+            "DISTINCT FROM (CASE WHEN status IN ('completed', 'failed', 'cancelled') THEN "
+            "updated_at END)")
+
+
 def resting() -> Agent:
     return modes_agent("resting", 3600)
 
 
 def wrong(url: str) -> list[tuple[Any, ...]]:
-    return rows_off(url, CHECK)
+    return rows_off(url, CHECK) + rows_off(url, FINISHED)
 
 
 async def _status(rt: Any, thread_id: str, status: str) -> bool:
@@ -45,6 +54,31 @@ async def _by_update_is_sorted(rt: Any) -> None:
 
 
 async def test_idle_at_is_updated_at_exactly_while_a_run_rests(db_url: str) -> None:
+    await _every_move_of_a_run(db_url)
+
+
+async def test_sqlite_statements_set_idle_at_and_finished_at_themselves(db_url: str) -> None:
+    """Every status change (claim, park, resume, mail, finish, fail, retry, cancel, move) sets
+    both columns in its own statement, so the triggers behind them never have work to do: each
+    trigger also logs when its WHEN holds, and the log stays empty. A statement that left the
+    columns to a trigger would write each row twice."""
+    if not db_url.startswith("sqlite"):
+        pytest.skip("Postgres computes both columns (generated columns)")
+    path = db_url.removeprefix("sqlite:///")
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE fired (name TEXT, thread_id TEXT, status TEXT)")
+        for (name, sql) in db.execute("SELECT name, sql FROM sqlite_master WHERE name IN "
+                                      "('runs_idle_status', 'runs_finished_status')").fetchall():
+            db.execute(f"DROP TRIGGER {name}")
+            db.execute(sql.replace("BEGIN", f"BEGIN INSERT INTO fired VALUES ('{name}', "
+                                   "NEW.thread_id, NEW.status);", 1))
+        db.commit()
+    await _every_move_of_a_run(db_url)
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT * FROM fired").fetchall() == []
+
+
+async def _every_move_of_a_run(db_url: str) -> None:
     rt = inprocess.make_runtime(db_url, resting(), poll_interval=0.02)
     queued = await rt.start("resting", {"mode": "plain"})  # queued, no worker yet
     early = await rt.start("resting", {"mode": "plain"})

@@ -8,7 +8,8 @@ idle runs at once, in the caller's task (the sequential case pays nothing for ba
 Writes arriving while both are busy queue up; a writer's committer task sends each queue-full
 as one transaction in one pipeline, one round trip and one WAL flush for the lot: BEGIN; lock_batch
 (every run row involved, in thread_id order); all step commits as one multi-row statement, all
-journal writes as another, the rest as executemany; COMMIT. Each write is fenced on its own
+journal writes as another (and so on for starts and interrupt answers), the rest as executemany;
+COMMIT. Each write is fenced on its own
 (a stale epoch matches no row; it does not raise), so a lost lease never affects its
 batch-mates; if the transaction raises, its writes are retried one by one so only the culprit
 fails.
@@ -83,6 +84,8 @@ class GroupCommitter:
             q["insert_journal"]: Bulk(q["insert_journals"], _journal_key, _always),
             q["create_run"]: Bulk(q["create_runs"], _thread_key, _fresh_runs,
                                   itemgetter(1)),  # create_run's row: (created, thread_id, ...)
+            q["resume_interrupt"]: Bulk(q["resume_interrupts"], _thread_key, _distinct_runs,
+                                        itemgetter(0)),  # the interrupt's row: (thread_id, ...)
         }
         self._accepting = False  # writes are taken (the committers run)
         # Keep one connection of the pool for everything else.

@@ -136,6 +136,7 @@ ORDER BY created_at, thread_id;
 -- Moves the named runs to another version if each is still parked on the old one (the
 -- caller checks the count: all or nothing). Status, node, wake_at and the epoch stay: the
 -- run is not woken, and a queued one is claimable by the new version's workers at once.
-UPDATE runs SET version = :to_version, updated_at = (julianday('now') - 2440587.5) * 86400.0
+UPDATE runs SET version = :to_version, updated_at = (julianday('now') - 2440587.5) * 86400.0,
+                {{resting(status, (julianday('now') - 2440587.5) * 86400.0)}}
 WHERE thread_id IN (SELECT value FROM json_each(:ids))
   AND version = :from_version AND status IN ('queued', 'waiting', 'sleeping');

@@ -24,7 +24,8 @@ WHERE thread_id = :thread_id AND +status = 'pending';
 -- name: wake_waiting
 -- A resumed run becomes claimable by any worker of its version.
 UPDATE runs SET status = 'queued', waiting_for = NULL, wake_at = NULL,
-                updated_at = (julianday('now') - 2440587.5) * 86400.0
+                updated_at = (julianday('now') - 2440587.5) * 86400.0,
+                {{resting('queued', (julianday('now') - 2440587.5) * 86400.0)}}
 WHERE thread_id = :thread_id AND status = 'waiting';
 
 -- name: get_interrupt

@@ -7,7 +7,8 @@ VALUES (:thread_id, :sender, :message, (julianday('now') - 2440587.5) * 86400.0)
 -- name: wake_for_mail
 -- Delivery wakes an idle actor (waiting for mail) so any worker can claim it.
 UPDATE runs SET status = 'queued', waiting_for = NULL,
-                updated_at = (julianday('now') - 2440587.5) * 86400.0
+                updated_at = (julianday('now') - 2440587.5) * 86400.0,
+                {{resting('queued', (julianday('now') - 2440587.5) * 86400.0)}}
 WHERE thread_id = :thread_id AND status = 'waiting' AND waiting_for = 'mail';
 
 -- name: load_inbox
@@ -27,7 +28,7 @@ WHERE thread_id = :thread_id AND consumed_step IS NULL
 
 -- name: requeue_if_mail
 -- An actor that parks for mail while mail is already waiting stays claimable.
-UPDATE runs SET status = 'queued', waiting_for = NULL
+UPDATE runs SET status = 'queued', waiting_for = NULL, {{resting('queued', updated_at)}}
 WHERE thread_id = :thread_id AND status = 'waiting' AND waiting_for = 'mail'
   AND EXISTS (SELECT 1 FROM mailbox WHERE thread_id = :thread_id AND consumed_step IS NULL);
 

@@ -110,7 +110,7 @@ UPDATE runs
 SET status = 'running', lease_owner = :worker,
     lease_expires_at = (SELECT now FROM t) + :ttl,
     epoch = epoch + 1, attempt = attempt + 1, wake_at = NULL,
-    updated_at = (SELECT now FROM t)
+    updated_at = (SELECT now FROM t), {{resting('running', (SELECT now FROM t))}}
 WHERE thread_id IN (SELECT thread_id FROM due UNION ALL SELECT thread_id FROM expired)
 RETURNING {{run_columns}},
     (SELECT e.lease_owner FROM expired e WHERE e.thread_id = runs.thread_id) AS taken_from;
@@ -133,7 +133,8 @@ RETURNING thread_id;
 -- Gives a run back for any worker to claim at once; only the current epoch may. The attempt
 -- count stays: the step was begun, and the next claim counts the next attempt.
 UPDATE runs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL,
-                updated_at = (julianday('now') - 2440587.5) * 86400.0
+                updated_at = (julianday('now') - 2440587.5) * 86400.0,
+                {{resting('queued', (julianday('now') - 2440587.5) * 86400.0)}}
 WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running';
 
 -- name: runs_exist
@@ -148,7 +149,8 @@ WITH RECURSIVE tree(id) AS (
 )
 UPDATE runs
 SET status = 'cancelled', epoch = epoch + 1, lease_owner = NULL, lease_expires_at = NULL,
-    wake_at = NULL, updated_at = (julianday('now') - 2440587.5) * 86400.0
+    wake_at = NULL, updated_at = (julianday('now') - 2440587.5) * 86400.0,
+    {{resting('cancelled', (julianday('now') - 2440587.5) * 86400.0)}}
 WHERE thread_id IN (SELECT id FROM tree) AND status NOT IN ('completed', 'failed', 'cancelled')
 RETURNING thread_id;
 
@@ -158,7 +160,8 @@ RETURNING thread_id;
 -- claim records a new attempt. Only a failed run moves.
 UPDATE runs SET status = 'queued', node = :node, error = NULL, failures = 0, wake_at = NULL,
                 lease_owner = NULL, lease_expires_at = NULL,
-                updated_at = (julianday('now') - 2440587.5) * 86400.0
+                updated_at = (julianday('now') - 2440587.5) * 86400.0,
+                {{resting('queued', (julianday('now') - 2440587.5) * 86400.0)}}
 WHERE thread_id = :thread_id AND status = 'failed'
 RETURNING {{run_columns}};
 
@@ -166,7 +169,8 @@ RETURNING {{run_columns}};
 -- An operator gives back every run a (dead or stale) worker leases, without waiting out the
 -- TTL; the epoch bump fences the worker out should it still be alive.
 UPDATE runs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, epoch = epoch + 1,
-                updated_at = (julianday('now') - 2440587.5) * 86400.0
+                updated_at = (julianday('now') - 2440587.5) * 86400.0,
+                {{resting('queued', (julianday('now') - 2440587.5) * 86400.0)}}
 WHERE lease_owner = :worker AND status = 'running'
 RETURNING thread_id;
 

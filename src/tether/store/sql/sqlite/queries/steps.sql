@@ -26,7 +26,8 @@ SET step = :step, node = :next_node, status = :status,
     wake_at = :wake_at, waiting_for = :waiting_for,
     lease_owner = CASE WHEN :status = 'running' THEN lease_owner END,
     lease_expires_at = CASE WHEN :status = 'running' THEN lease_expires_at END,
-    updated_at = (julianday('now') - 2440587.5) * 86400.0
+    updated_at = (julianday('now') - 2440587.5) * 86400.0,
+    {{resting(:status, (julianday('now') - 2440587.5) * 86400.0)}}
 WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running'
 RETURNING {{run_columns}};
 
@@ -55,7 +56,8 @@ WHERE thread_id = ?3 AND epoch = ?4 AND status = 'running';
 -- Positional parameters (step, status, thread_id, epoch, now).
 UPDATE runs
 SET step = ?1, node = NULL, status = ?2, attempt = 0, failures = 0, wake_at = NULL,
-    waiting_for = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?5
+    waiting_for = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?5,
+    {{resting(?2, ?5)}}
 WHERE thread_id = ?3 AND epoch = ?4 AND status = 'running';
 
 -- name: finish_run_set
@@ -63,7 +65,7 @@ WHERE thread_id = ?3 AND epoch = ?4 AND status = 'running';
 UPDATE runs
 SET step = f.value ->> 0, node = NULL, status = f.value ->> 1, attempt = 0, failures = 0,
     wake_at = NULL, waiting_for = NULL, lease_owner = NULL, lease_expires_at = NULL,
-    updated_at = f.value ->> 4
+    updated_at = f.value ->> 4, {{resting(f.value ->> 1, f.value ->> 4)}}
 FROM json_each(?1) AS f
 WHERE runs.thread_id = f.value ->> 2 AND runs.epoch = f.value ->> 3
   AND runs.status = 'running';
@@ -109,7 +111,8 @@ SET status = CASE WHEN :final THEN 'failed' ELSE 'queued' END,
     node = CASE WHEN :final THEN NULL ELSE node END,
     failures = :failures, wake_at = :wake_at, error = :error,
     lease_owner = NULL, lease_expires_at = NULL,
-    updated_at = (julianday('now') - 2440587.5) * 86400.0
+    updated_at = (julianday('now') - 2440587.5) * 86400.0,
+    {{resting(CASE WHEN :final THEN 'failed' ELSE 'queued' END, (julianday('now') - 2440587.5) * 86400.0)}}
 WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running';
 
 -- name: load_checkpoints
@@ -133,7 +136,8 @@ SET status = :status, waiting_for = :waiting_for,
     wake_at = CASE WHEN :seconds IS NULL THEN NULL
                    ELSE (julianday('now') - 2440587.5) * 86400.0 + :seconds END,
     lease_owner = NULL, lease_expires_at = NULL, attempt = 0, failures = 0,
-    updated_at = (julianday('now') - 2440587.5) * 86400.0
+    updated_at = (julianday('now') - 2440587.5) * 86400.0,
+    {{resting(:status, (julianday('now') - 2440587.5) * 86400.0)}}
 WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running';
 
 -- name: journal_value
@@ -143,13 +147,14 @@ VALUES (:thread_id, :step, :idx, :name, :result);
 -- name: wake_parent
 -- A child reached a terminal state: its parent, if parked in join, re-checks its children.
 UPDATE runs SET status = 'queued', waiting_for = NULL,
-                updated_at = (julianday('now') - 2440587.5) * 86400.0
+                updated_at = (julianday('now') - 2440587.5) * 86400.0,
+                {{resting('queued', (julianday('now') - 2440587.5) * 86400.0)}}
 WHERE thread_id = (SELECT parent_thread_id FROM runs WHERE thread_id = :thread_id)
   AND status = 'waiting' AND waiting_for = 'join';
 
 -- name: requeue_if_joined
 -- A parent parking in join whose children all finished meanwhile stays claimable.
-UPDATE runs SET status = 'queued', waiting_for = NULL
+UPDATE runs SET status = 'queued', waiting_for = NULL, {{resting('queued', updated_at)}}
 WHERE thread_id = :thread_id AND status = 'waiting' AND waiting_for = 'join'
   AND NOT EXISTS (SELECT 1 FROM runs c
                   WHERE c.thread_id IN (SELECT value FROM json_each(:children))

@@ -1,0 +1,90 @@
+"""Many interrupts answered at once, on every store: answers that share a group commit (on
+Postgres one multi-row statement, resume_interrupts) each resolve their own run's interrupt
+exactly once, journal their own value and wake their own run; two answers to one interrupt in
+flight together give one win and one ResumeConflict; an answer naming another interrupt or a
+run that no longer waits is refused. Real databases, a real in-process worker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from apps import inprocess
+from apps.inprocess import eventually
+from tether import Agent, Command, Context, InvalidState, ResumeConflict, finish
+from tether.store import pg_commit
+
+RUNS = 120
+WAIT = 30.0
+
+asker = Agent("asker")
+
+
+@asker.node(start=True)
+async def ask(state: dict[str, Any], ctx: Context) -> Command:
+    answer = ctx.interrupt({"i": state["i"]})
+    return finish({"answer": answer})
+
+
+async def _all_waiting(rt: Any, ids: list[str]) -> bool:
+    for t in ids:
+        if str((await rt.peek(t)).status) != "waiting":
+            return False
+    return True
+
+
+async def test_answers_in_one_group_commit_each_reach_their_own_run(
+        db_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    bulk_rows: list[str] = []
+    json_rows = pg_commit._json_rows
+
+    def spy(seq: Any) -> str | None:
+        rows = json_rows(seq)
+        if rows is not None and '"tether.interrupt"' in rows:
+            bulk_rows.append(rows)
+        return rows
+
+    monkeypatch.setattr(pg_commit, "_json_rows", spy)
+    caplog.set_level(logging.DEBUG, logger="tether.store.postgres")
+    rt = inprocess.make_runtime(db_url, asker, poll_interval=0.02)
+    async with inprocess.working(rt, concurrency=RUNS):
+        ids = [(await rt.start("asker", {"i": i})).thread_id for i in range(RUNS)]
+        await eventually(lambda: _all_waiting(rt, ids), "every run waits", timeout=WAIT)
+        first = await rt.interrupts(thread_id=ids[0])
+
+        answered = await asyncio.gather(*(rt.resume(t, {"i": i}) for i, t in enumerate(ids)))
+        assert [a.thread_id for a in answered] == ids
+        assert all(a.status == "resolved" for a in answered)
+        assert [a.value for a in answered] == [{"i": i} for i in range(RUNS)]
+        assert answered[0].id == first[0].id
+        done = await asyncio.gather(*(rt.wait(t, timeout=WAIT) for t in ids))
+        assert [d.state["answer"] for d in done] == [{"i": i} for i in range(RUNS)]
+
+        # Answered again: the run no longer waits.
+        with pytest.raises(InvalidState):
+            await rt.resume(ids[0], "again")
+
+        # Two answers in flight for each of several runs: one wins, one conflicts.
+        more = [(await rt.start("asker", {"i": i})).thread_id for i in range(20)]
+        await eventually(lambda: _all_waiting(rt, more), "the new runs wait", timeout=WAIT)
+        with pytest.raises((ResumeConflict, InvalidState)):
+            await rt.resume(more[0], "x", interrupt_id="not-this-one")
+        outcomes = await asyncio.gather(
+            *(rt.resume(t, {"who": who}) for t in more for who in ("a", "b")),
+            return_exceptions=True)
+        for k, t in enumerate(more):
+            pair = outcomes[2 * k:2 * k + 2]
+            won = [o for o in pair if not isinstance(o, BaseException)]
+            lost = [o for o in pair if isinstance(o, BaseException)]
+            assert len(won) == 1 and len(lost) == 1, pair
+            assert isinstance(lost[0], (ResumeConflict, InvalidState)), lost
+            final = await rt.wait(t, timeout=WAIT)
+            assert final.state["answer"] == won[0].value
+            assert len(await rt.interrupts(thread_id=t, status=None)) == 1
+    if db_url.startswith("postgres"):
+        # The first burst went (at least partly) as multi-row statements, none rolled back.
+        assert bulk_rows, "no group commit of answers used resume_interrupts"
+        assert "retrying them one by one" not in caplog.text
