@@ -89,14 +89,19 @@ def fill_sql(dialect: str, runs: int, now: float) -> list[str]:
             "VACUUM ANALYZE",
         ]
     seq = f"WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {runs - 1})"
+    # SQLite's writers set idle_at and finished_at (Postgres computes them): waiting runs rest,
+    # failed and completed ones are finished, each since its updated_at.
+    updated = f"{now} - {runs} + i + 5"
+    resting = (f", CASE WHEN {status} = 'waiting' THEN {updated} END, "
+               f"CASE WHEN {status} = 'waiting' THEN NULL ELSE {updated} END")
     st = f"s(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM s WHERE k < {STEPS})"
     tid = "'r' || substr('00000000' || i, -8, 8)"
     return [
-        f"{seq} INSERT INTO runs ({cols}) SELECT {tid}, {agent}, {version}, "
-        f"{status}, {ask} 'ask' END, {STEPS}, x'7b7d', 'h', "
+        f"{seq} INSERT INTO runs ({cols}, idle_at, finished_at) SELECT {tid}, {agent}, "
+        f"{version}, {status}, {ask} 'ask' END, {STEPS}, x'7b7d', 'h', "
         f"{ask} 'interrupt' END, CASE WHEN i % 50 = 0 AND i % 1000 <> 7 AND i < {parked} "
         f"THEN CAST('{{\"category\":\"exception\",\"type\":\"E\",\"message\":\"boom\"}}' AS "
-        f"BLOB) END, {now} - {runs} + i, {now} - {runs} + i + 5 FROM n",
+        f"BLOB) END, {now} - {runs} + i, {updated}{resting} FROM n",
         f"{seq}, {st} INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, "
         f"worker, attempt, started_at, finished_at) SELECT {tid}, k, 'n', CASE WHEN k < {STEPS}"
         f" THEN 'n' END, CASE WHEN k = 1 THEN 's' ELSE 'd' END, CASE WHEN k = 1 THEN x'7b7d' "

@@ -65,12 +65,13 @@ def fill_sql(dialect: str, first: int, runs: int, steps: int, old: float) -> lis
     delta_text = """'{"s":{"k":' || s || '}}'"""
     one = blob("'1'")
     created = f"({old} + i * 0.001)"
+    finished = "" if pg else ", finished_at"  # (Postgres computes it; SQLite's writers set it)
     return [
         f"{seq}INSERT INTO runs (thread_id, agent, version, status, node, step, attempt, "
-        f"failures, input, input_hash, epoch, created_at, updated_at) "
+        f"failures, input, input_hash, epoch, created_at, updated_at{finished}) "
         f"SELECT {tid}, 'bench', 'v1', 'completed', NULL, {steps}, 0, 0, "
-        f"{blob(input_text)}, md5({input_text}), 1, {created}, {created} + {steps * STEP_S} "
-        f"FROM {i_runs}",
+        f"{blob(input_text)}, md5({input_text}), 1, {created}, {created} + {steps * STEP_S}"
+        f"{finished and f', {created} + {steps * STEP_S}'} FROM {i_runs}",
         f"{seq}INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, "
         f"attempt, started_at, finished_at) "
         f"SELECT {tid}, s, 'step', CASE WHEN s < {steps} THEN 'step' END, 'd', "

@@ -27,13 +27,14 @@ RUNS = 20_000
 # Runs r000000..r019999, created one a second from t=1000; every 100th has parent r000000,
 # every 100th (others) failed, every 100th (others again) cancelled.
 INSERT_SQLITE = """
-    WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ? - 1)
+    WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ?1 - 1)
     INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash, epoch,
-                      attempt, created_at, updated_at, parent_thread_id)
+                      attempt, created_at, updated_at, parent_thread_id, finished_at)
     SELECT printf('r%06d', i), 'a', 'v',
            CASE i % 100 WHEN 50 THEN 'failed' WHEN 75 THEN 'cancelled' ELSE 'completed' END,
            NULL, '{}', 'h', 1, 1, 1000 + i,
-           5000 + (i * 7919) % ?, CASE WHEN i % 100 = 1 THEN 'r000000' END FROM n"""
+           5000 + (i * 7919) % ?2, CASE WHEN i % 100 = 1 THEN 'r000000' END,
+           5000 + (i * 7919) % ?2 FROM n"""  # (finished_at: set by SQLite's writers, 0018)
 INSERT_PG = b"""
     INSERT INTO runs (thread_id, agent, version, status, node, input, input_hash, epoch,
                       attempt, created_at, updated_at, parent_thread_id)
@@ -263,6 +264,12 @@ REST = ("UPDATE runs SET status = CASE CAST(created_at AS INTEGER) % 100 WHEN 60
         "'waiting' ELSE 'sleeping' END, updated_at = CASE CAST(created_at AS INTEGER) % 100 "
         "WHEN 60 THEN 80000 ELSE 85000 END + created_at "
         "WHERE CAST(created_at AS INTEGER) % 100 IN (60, 61)")
+# On SQLite, as the store's statements do: idle_at and finished_at set with the status
+# (Postgres computes them).
+RESTING = ", idle_at = {idle}, finished_at = NULL WHERE"
+REOPEN_SQLITE = REOPEN.replace(" WHERE", RESTING.format(idle="NULL"), 1)
+REST_SQLITE = REST.replace(" WHERE", RESTING.format(  # (SET reads the row as it was)
+    idle="CASE CAST(created_at AS INTEGER) % 100 WHEN 60 THEN 80000 ELSE 85000 END + created_at"), 1)
 
 
 @pytest.mark.postgres
@@ -307,8 +314,8 @@ def test_sqlite_latest_updated_reads_each_part_apart(sqlite_template: Path,
     q = queries("sqlite")
     with closing(sqlite3.connect(path)) as db:
         db.execute(INSERT_SQLITE, (RUNS, RUNS))
-        db.execute(REOPEN)
-        db.execute(REST)
+        db.execute(REOPEN_SQLITE)
+        db.execute(REST_SQLITE)
         db.commit()
         every = db.execute("SELECT thread_id, updated_at, status FROM runs").fetchall()
         for analyzed in (False, True):

@@ -4,8 +4,8 @@ whatever moved it there. Real runs through the Runtime on both stores (queued be
 worker, an interrupt asked and answered, mail, a sleep, a failure retried, a cancel, parked
 runs moved to another version), then every row checked in SQL. Postgres computes it (a
 generated column); SQLite's statements that change a run's status set idle_at and finished_at
-themselves (the `resting` fragment), with triggers on status and version behind them for any
-other writer: the second test drops the triggers and checks the statements alone."""
+themselves (the `resting` fragment; migration 0018): the second test checks every row each
+statement writes."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 
 from apps import eventually, inprocess
 from apps.modes import modes_agent, rows_off
-from tether import Agent
+from tether import Agent, Command, Context, RetryPolicy, finish, receive
 
 WAIT = 20.0
 CHECK = ("SELECT thread_id, status, updated_at, idle_at FROM runs WHERE idle_at IS "
@@ -59,23 +59,70 @@ async def test_idle_at_is_updated_at_exactly_while_a_run_rests(db_url: str) -> N
 
 async def test_sqlite_statements_set_idle_at_and_finished_at_themselves(db_url: str) -> None:
     """Every status change (claim, park, resume, mail, finish, fail, retry, cancel, move) sets
-    both columns in its own statement, so the triggers behind them never have work to do: each
-    trigger also logs when its WHEN holds, and the log stays empty. A statement that left the
-    columns to a trigger would write each row twice."""
+    both columns in its own statement (migration 0018 dropped the triggers that kept them):
+    triggers made for this test log any row a statement leaves inexact, and the log stays
+    empty."""
     if not db_url.startswith("sqlite"):
         pytest.skip("Postgres computes both columns (generated columns)")
     path = db_url.removeprefix("sqlite:///")
     with closing(sqlite3.connect(path)) as db:
-        db.execute("CREATE TABLE fired (name TEXT, thread_id TEXT, status TEXT)")
-        for (name, sql) in db.execute("SELECT name, sql FROM sqlite_master WHERE name IN "
-                                      "('runs_idle_status', 'runs_finished_status')").fetchall():
-            db.execute(f"DROP TRIGGER {name}")
-            db.execute(sql.replace("BEGIN", f"BEGIN INSERT INTO fired VALUES ('{name}', "
-                                   "NEW.thread_id, NEW.status);", 1))
-        db.commit()
+        db.executescript("""
+            CREATE TABLE fired (column_name TEXT, thread_id TEXT, status TEXT);
+            CREATE TRIGGER check_idle AFTER UPDATE ON runs
+            WHEN NEW.idle_at IS NOT (CASE WHEN NEW.status IN ('queued', 'waiting', 'sleeping')
+                                          THEN NEW.updated_at END)
+            BEGIN INSERT INTO fired VALUES ('idle_at', NEW.thread_id, NEW.status); END;
+            CREATE TRIGGER check_finished AFTER UPDATE ON runs
+            WHEN NEW.finished_at IS NOT (CASE WHEN NEW.status IN ('completed', 'failed',
+                                              'cancelled') THEN NEW.updated_at END)
+            BEGIN INSERT INTO fired VALUES ('finished_at', NEW.thread_id, NEW.status); END;
+            CREATE TRIGGER check_new AFTER INSERT ON runs
+            WHEN NEW.idle_at IS NOT (CASE WHEN NEW.status IN ('queued', 'waiting', 'sleeping')
+                                          THEN NEW.updated_at END)
+              OR NEW.finished_at IS NOT NULL
+            BEGIN INSERT INTO fired VALUES ('insert', NEW.thread_id, NEW.status); END;
+        """)
     await _every_move_of_a_run(db_url)
+    await _the_other_moves(db_url)
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("SELECT * FROM fired").fetchall() == []
+
+
+mover = Agent("mover", retry=RetryPolicy(attempts=2, initial=0.01))
+
+
+@mover.node(start=True)
+async def move(state: dict[str, Any], ctx: Context) -> Command:
+    mode = state["mode"]
+    if mode == "mail" and not ctx.inbox:
+        return receive()
+    if mode == "join":
+        await ctx.join([ctx.spawn("mover", {"mode": "plain"})])
+    if mode == "flaky" and ctx.attempt == 1:
+        raise RuntimeError("once")  # retried: queued again until its backoff ends
+    return finish({"mode": mode})
+
+
+async def _the_other_moves(db_url: str) -> None:
+    """Mail that wakes an actor, a parent woken by its child, a retried attempt, a lease taken
+    back by an operator and one taken over after it expired."""
+    rt = inprocess.make_runtime(db_url, mover, poll_interval=0.02)
+    try:
+        ghost = (await rt.start("mover", {"mode": "plain"})).thread_id
+        expired = (await rt.start("mover", {"mode": "plain"})).thread_id
+        claimed = await rt.store.claim_runs("ghost", "v1", ["mover"], 2, 30.0)
+        assert {r.thread_id for r in claimed} == {ghost, expired}
+        assert sorted(await rt.release_worker("ghost")) == sorted([ghost, expired])
+        assert len(await rt.store.claim_runs("gone", "v1", ["mover"], 1, 0.0)) == 1  # expired
+        async with inprocess.working(rt, concurrency=4, close=False):
+            ids = {m: (await rt.start("mover", {"mode": m})).thread_id
+                   for m in ("mail", "join", "flaky")}
+            await eventually(lambda: _status(rt, ids["mail"], "waiting"), "an actor waits")
+            await rt.send(ids["mail"], {"hello": 1})
+            for thread_id in (*ids.values(), ghost, expired):
+                assert (await rt.wait(thread_id, timeout=WAIT)).status == "completed"
+    finally:
+        await rt.close()
 
 
 async def _every_move_of_a_run(db_url: str) -> None:

@@ -150,11 +150,11 @@ async def test_single_writes_on_the_commit_thread_go_as_plain_statements(tmp_pat
         await store.close()
 
 
-async def test_a_step_that_stays_running_runs_no_trigger_on_status(tmp_path: Path) -> None:
+async def test_a_step_commit_writes_the_run_row_once(tmp_path: Path) -> None:
     """A step commit that keeps the run running (one that joins a group: not the hot path's
-    advance) leaves status out of its UPDATE, so SQLite enters none of the triggers on status
-    (each entry shows as the statement traced again); one that queues the run sets it, and
-    the trigger keeps idle_at."""
+    advance) leaves status out of its UPDATE; one that queues the run sets status and idle_at
+    in the same statement. Either way one UPDATE of runs, no trigger (a trigger's statement
+    shows as one more traced UPDATE)."""
     store = await _store(tmp_path)
     try:
         opened = store._conns._open
@@ -174,7 +174,8 @@ async def test_a_step_that_stays_running_runs_no_trigger_on_status(tmp_path: Pat
             lease=lease, step=2, node="start", next_node="start", kind="d", data=b"{}",
             attempt=1, started_at=1.5, finished_at=2.5, status="queued",
             groups=(("g", "member"),)))
-        assert len([s for s in statements if "UPDATE runs" in s]) > 1  # its triggers ran
+        updates = [s for s in statements if "UPDATE runs" in s]
+        assert len(updates) == 1 and "idle_at =" in updates[0], updates
         opened.write.set_trace_callback(None)
         row = opened.read.execute("SELECT status, idle_at, updated_at FROM runs "
                                   "WHERE thread_id = 'g1'").fetchone()

@@ -550,9 +550,8 @@ class SQLiteConnections:
         if not self.memory:
             parent = os.path.dirname(os.path.abspath(self.path))
             if not os.path.isdir(parent):
-                raise StoreUnavailable(
-                    f"cannot open {self.url}: directory {parent!r} does not exist"
-                )
+                raise StoreUnavailable(f"cannot open {self.url}: directory {parent!r} does not "
+                                       "exist")
         # A database's auto-vacuum mode is fixed when its first page is written (here: by
         # journal_mode=WAL on a new file); only a VACUUM changes it later (docs/retention.md).
         try:
@@ -564,8 +563,7 @@ class SQLiteConnections:
             if not self.memory:
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
-            # Statement journals in memory, not /var/tmp files (W5: 80,000 of 99,000 writes).
-            conn.execute("PRAGMA temp_store=MEMORY")
+            conn.execute("PRAGMA temp_store=MEMORY")  # statement journals: not /var/tmp files
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
         except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"cannot open {self.url}: {exc}") from exc

@@ -20,10 +20,9 @@ thread_id, step, idx, id, payload, value, status, created_at, resolved_at
 thread_id, step, node, next_node, kind, data, worker, attempt, started_at, finished_at
 
 -- fragment: resting(status, at)
--- idle_at and finished_at as the triggers on status keep them (0012, 0017), for a statement
--- that sets status to {{status}} and updated_at to {{at}}: set here, the triggers find nothing
--- to do (their WHEN is false), so a change of status writes the run's row once, not twice
--- (a nested UPDATE per row cost more than the statement itself). The triggers stay for any
--- other writer.
+-- idle_at (0017) and finished_at (0012) for a statement that sets status to {{status}} and
+-- updated_at to {{at}}: every statement that changes a run's status or version sets both
+-- through this fragment (no trigger keeps them since 0018; tests/integration/
+-- test_runs_idle.py checks every kind of move).
 idle_at = CASE WHEN {{status}} IN ('queued', 'waiting', 'sleeping') THEN {{at}} END,
     finished_at = CASE WHEN {{status}} IN ('completed', 'failed', 'cancelled') THEN {{at}} END

@@ -33,8 +33,8 @@ RETURNING {{run_columns}};
 
 -- name: commit_run_on
 -- commit_run's form for a run that stays running (the lease kept): status is left out of the
--- SET, so the triggers on status (runs_finished_status, runs_idle_status) are not run for a
--- status that does not change.
+-- SET, so no index that involves status (runs_open, runs_due, runs_idle...) is revisited for
+-- a status that does not change.
 UPDATE runs
 SET step = :step, node = :next_node, attempt = 1, failures = 0,
     wake_at = :wake_at, waiting_for = :waiting_for,
