@@ -1,5 +1,6 @@
-"""Many interrupts answered at once, on every store: answers that share a group commit (on
-Postgres one multi-row statement, resume_interrupts) each resolve their own run's interrupt
+"""Many runs parked and answered at once, on every store. Parks that share a group commit (on
+Postgres one multi-row statement, park_runs) each park their own run with its own interrupt
+or timer; answers that share one (resume_interrupts) each resolve their own run's interrupt
 exactly once, journal their own value and wake their own run; two answers to one interrupt in
 flight together give one win and one ResumeConflict; an answer naming another interrupt or a
 run that no longer waits is refused. Real databases, a real in-process worker."""
@@ -19,6 +20,7 @@ from tether.store import pg_commit
 
 RUNS = 120
 WAIT = 30.0
+SLEEP_S = 0.3
 
 asker = Agent("asker")
 
@@ -27,6 +29,30 @@ asker = Agent("asker")
 async def ask(state: dict[str, Any], ctx: Context) -> Command:
     answer = ctx.interrupt({"i": state["i"]})
     return finish({"answer": answer})
+
+
+sleeper = Agent("sleeper")
+
+
+@sleeper.node(start=True)
+async def nap(state: dict[str, Any], ctx: Context) -> Command:
+    ctx.sleep(SLEEP_S)
+    return finish({"slept": state["i"]})
+
+
+def _spy_bulk(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The JSON rows of every multi-row statement the Postgres group commit sends."""
+    bulk_rows: list[str] = []
+    json_rows = pg_commit._json_rows
+
+    def spy(seq: Any) -> str | None:
+        rows = json_rows(seq)
+        if rows is not None:
+            bulk_rows.append(rows)
+        return rows
+
+    monkeypatch.setattr(pg_commit, "_json_rows", spy)
+    return bulk_rows
 
 
 async def _all_waiting(rt: Any, ids: list[str]) -> bool:
@@ -38,20 +64,12 @@ async def _all_waiting(rt: Any, ids: list[str]) -> bool:
 
 async def test_answers_in_one_group_commit_each_reach_their_own_run(
         db_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    bulk_rows: list[str] = []
-    json_rows = pg_commit._json_rows
-
-    def spy(seq: Any) -> str | None:
-        rows = json_rows(seq)
-        if rows is not None and '"tether.interrupt"' in rows:
-            bulk_rows.append(rows)
-        return rows
-
-    monkeypatch.setattr(pg_commit, "_json_rows", spy)
+    bulk_rows = _spy_bulk(monkeypatch)
     caplog.set_level(logging.DEBUG, logger="tether.store.postgres")
     rt = inprocess.make_runtime(db_url, asker, poll_interval=0.02)
     async with inprocess.working(rt, concurrency=RUNS):
-        ids = [(await rt.start("asker", {"i": i})).thread_id for i in range(RUNS)]
+        ids = [r.thread_id for r in await asyncio.gather(
+            *(rt.start("asker", {"i": i}) for i in range(RUNS)))]
         await eventually(lambda: _all_waiting(rt, ids), "every run waits", timeout=WAIT)
         first = await rt.interrupts(thread_id=ids[0])
 
@@ -86,5 +104,26 @@ async def test_answers_in_one_group_commit_each_reach_their_own_run(
             assert len(await rt.interrupts(thread_id=t, status=None)) == 1
     if db_url.startswith("postgres"):
         # The first burst went (at least partly) as multi-row statements, none rolled back.
-        assert bulk_rows, "no group commit of answers used resume_interrupts"
+        assert any('"tether.interrupt"' in rows for rows in bulk_rows), "no resume_interrupts"
+        assert any('"kind":"interrupt"' in rows for rows in bulk_rows), "no park_runs"
+        assert "retrying them one by one" not in caplog.text
+
+
+async def test_timers_parked_together_each_wake_their_own_run(
+        db_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    bulk_rows = _spy_bulk(monkeypatch)
+    caplog.set_level(logging.DEBUG, logger="tether.store.postgres")
+    rt = inprocess.make_runtime(db_url, sleeper, poll_interval=0.02)
+    async with inprocess.working(rt, concurrency=RUNS):
+        t0 = asyncio.get_running_loop().time()
+        ids = [r.thread_id for r in await asyncio.gather(  # started together: parks pile up
+            *(rt.start("sleeper", {"i": i}) for i in range(RUNS)))]
+        done = await asyncio.gather(*(rt.wait(t, timeout=WAIT) for t in ids))
+        assert asyncio.get_running_loop().time() - t0 >= SLEEP_S
+        assert [d.state["slept"] for d in done] == list(range(RUNS))
+        for t in ids[:5]:  # each slept once: one journaled timer, one parked step
+            steps = await rt.checkpoints(t)
+            assert len(steps) == 1, steps
+    if db_url.startswith("postgres"):
+        assert any('"kind":"sleep"' in rows for rows in bulk_rows), "no park_runs of timers"
         assert "retrying them one by one" not in caplog.text

@@ -6,13 +6,12 @@ coalesced into one statement the same way.
 Group commit: the writers' statements are fenced single statements. One that finds a writer
 idle runs at once, in the caller's task (the sequential case pays nothing for batching).
 Writes arriving while both are busy queue up; a writer's committer task sends each queue-full
-as one transaction in one pipeline, one round trip and one WAL flush for the lot: BEGIN; lock_batch
-(every run row involved, in thread_id order); all step commits as one multi-row statement, all
-journal writes as another (and so on for starts and interrupt answers), the rest as executemany;
-COMMIT. Each write is fenced on its own
-(a stale epoch matches no row; it does not raise), so a lost lease never affects its
-batch-mates; if the transaction raises, its writes are retried one by one so only the culprit
-fails.
+as one transaction in one pipeline, one round trip and one WAL flush for the lot: BEGIN;
+lock_batch (every run row involved, in thread_id order); all step commits as one multi-row
+statement, all journal writes as another (and so on for starts, parks and interrupt answers),
+the rest as executemany; COMMIT. Each write is fenced on its own (a stale epoch matches no
+row; it does not raise), so a lost lease never affects its batch-mates; if the transaction
+raises, its writes are retried one by one so only the culprit fails.
 """
 
 from __future__ import annotations
@@ -86,6 +85,8 @@ class GroupCommitter:
                                   itemgetter(1)),  # create_run's row: (created, thread_id, ...)
             q["resume_interrupt"]: Bulk(q["resume_interrupts"], _thread_key, _distinct_runs,
                                         itemgetter(0)),  # the interrupt's row: (thread_id, ...)
+            q["park_run"]: Bulk(q["park_runs"], _thread_key, _parks_alone,
+                                itemgetter(0)),  # park_runs' row: (thread_id)
         }
         self._accepting = False  # writes are taken (the committers run)
         # Keep one connection of the pool for everything else.
@@ -394,6 +395,11 @@ def _fresh_runs(seq: list[Params]) -> bool:
     """create_runs takes runs without idempotency key (queued, or leased to a local worker),
     once each."""
     return all(p["idempotency_key"] is None for p in seq) and _distinct_runs(seq)
+
+
+def _parks_alone(seq: list[Params]) -> bool:
+    """park_runs takes parks that spawn no children, once per run."""
+    return not any(p["c_thread_id"] for p in seq) and _distinct_runs(seq)
 
 
 class Bulk(NamedTuple):

@@ -424,6 +424,54 @@ j AS (
 woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM (SELECT DISTINCT version FROM k) v)
 SELECT (SELECT count(*) FROM woke) FROM u;
 
+-- name: park_runs
+-- Many park_runs (distinct runs, none spawning children) in one statement, inside a group
+-- commit: each fenced on its own epoch and step exactly as park_run, with its pending
+-- interrupt or journaled timer. Returns (thread_id) for each run parked. The rows come as one
+-- JSON array of park_run's parameters (payload and timer as their UTF-8 text). Each run is
+-- found by primary key, one lookup per row (OFFSET 0 keeps it so), and updated by TID, as in
+-- commit_steps.
+WITH x AS (
+    SELECT p.thread_id, p.epoch, p.status, p.waiting_for, p.seconds, p.kind, p.step, p.idx,
+           p.interrupt_id, p.payload, p.sleep_name, p.timer
+    FROM json_to_recordset(%(rows)s::json)
+        AS p(thread_id text, epoch bigint, status text, waiting_for text, seconds float8,
+             kind text, step bigint, idx int, interrupt_id text, payload text,
+             sleep_name text, timer text)
+),
+f AS MATERIALIZED (
+    SELECT x.*, l.rid
+    FROM x, LATERAL (SELECT ctid AS rid FROM runs
+                     WHERE thread_id = x.thread_id AND epoch = x.epoch
+                       AND status || '' = 'running' AND step = x.step - 1
+                     OFFSET 0) AS l
+),
+u AS (
+    UPDATE runs
+    SET status = f.status, waiting_for = f.waiting_for,
+        wake_at = extract(epoch FROM clock_timestamp())::float8 + f.seconds,
+        lease_owner = NULL, lease_expires_at = NULL, attempt = 0, failures = 0,
+        updated_at = extract(epoch FROM clock_timestamp())::float8
+    FROM f
+    WHERE runs.ctid = ANY (ARRAY(SELECT rid FROM f)) AND runs.ctid = f.rid
+      AND runs.epoch = f.epoch AND runs.status || '' = 'running' AND runs.step = f.step - 1
+    RETURNING runs.thread_id, f.kind, f.step, f.idx, f.interrupt_id, f.payload, f.sleep_name,
+              f.timer
+),
+i AS (
+    INSERT INTO interrupts (thread_id, step, idx, id, payload, status, created_at)
+    SELECT thread_id, step, idx, interrupt_id, convert_to(payload, 'UTF8'), 'pending',
+           extract(epoch FROM clock_timestamp())::float8
+    FROM u WHERE kind = 'interrupt'
+    ON CONFLICT (thread_id, step, idx) DO NOTHING
+),
+j AS (
+    INSERT INTO journal (thread_id, step, idx, name, result)
+    SELECT thread_id, step, idx, sleep_name, convert_to(timer, 'UTF8')
+    FROM u WHERE kind = 'sleep'
+)
+SELECT thread_id FROM u;
+
 -- name: requeue_if_joined
 -- A parent parking in join whose children all finished meanwhile stays claimable. A later
 -- statement than the park (a fresh snapshot): a child that finishes after it locks this row
