@@ -127,3 +127,42 @@ async def test_timers_parked_together_each_wake_their_own_run(
     if db_url.startswith("postgres"):
         assert any('"kind":"sleep"' in rows for rows in bulk_rows), "no park_runs of timers"
         assert "retrying them one by one" not in caplog.text
+
+
+async def test_answers_given_together_on_sqlite_go_as_one_statement_each_kind(
+        db_url: str) -> None:
+    """The store's answers gathered in one go join one group commit job: one resolve, one
+    journal and one wake statement for all (traced on the write connection), each caller
+    getting its own row; a second answer to the same run in the job, a wrong interrupt id and
+    a value JSON cannot carry as a string (a NUL) are answered one by one."""
+    if not db_url.startswith("sqlite"):
+        pytest.skip("SQLite's group commit (Postgres: resume_interrupts, above)")
+    rt = inprocess.make_runtime(db_url, asker, poll_interval=0.02)
+    async with inprocess.working(rt, concurrency=40):
+        ids = [r.thread_id for r in await asyncio.gather(
+            *(rt.start("asker", {"i": i}) for i in range(40)))]
+        await eventually(lambda: _all_waiting(rt, ids), "every run waits", timeout=WAIT)
+        store = rt.store
+        opened = store._conns._open
+        statements: list[str] = []
+        opened.write.set_trace_callback(statements.append)
+        values = [b'{"n":%d,"s":"h\xc3\xa9"}' % i for i in range(30)]
+        got = await asyncio.gather(
+            *(store.resume_interrupt(t, v) for t, v in zip(ids[:30], values, strict=True)),
+            store.resume_interrupt(ids[0], b'"again"'),
+            store.resume_interrupt(ids[30], b'"x"', "not-this-one"))
+        opened.write.set_trace_callback(None)
+        assert [g is not None and g.thread_id for g in got[:30]] == ids[:30]
+        assert [bytes(g.value) for g in got[:30] if g is not None] == values
+        assert got[30] is None and got[31] is None
+        # (traced with their comments: the set forms' first lines name them)
+        for kind in ("resolve_interrupt for many", "journal_value for many",
+                     "wake_waiting for many"):
+            assert sum(s.startswith(f"-- {kind}") for s in statements) == 1, (kind, statements)
+        nul = await store.resume_interrupt(ids[31], b'"a\\u0000b"')
+        assert nul is not None and bytes(nul.value) == b'"a\\u0000b"'
+        done = await asyncio.gather(*(rt.wait(t, timeout=WAIT) for t in [*ids[:30], ids[31]]))
+        assert [d.state["answer"] for d in done[:30]] == [
+            {"n": i, "s": "h\u00e9"} for i in range(30)]
+        assert done[30].state["answer"] == "a\x00b"
+        assert str((await rt.peek(ids[30])).status) == "waiting"  # the wrong id: not answered

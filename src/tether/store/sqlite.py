@@ -20,7 +20,6 @@ from ..errors import LeaseLost, RunConflict, RunNotFound, SchemaError
 from .base import (
     COMPENSATION_STEP,
     INBOX_LIMIT,
-    INTERRUPT_CALL,
     SLEEP_CALL,
     TERMINAL,
     Audit,
@@ -48,6 +47,7 @@ from .migrate import behind_message, latest, queries
 from .plan import ADVANCE, FINISH, StepWakes, step_kind, step_wakes
 from .rows import finished_run, mail_refused, new_run_params, same_run
 from .sessions import SQLiteSessionsPart
+from .sqlite_answers import Answers, answer_one
 from .sqlite_create import FRESH_WRITES, fresh_insert
 from .sqlite_deploy import SQLiteDeployments
 from .sqlite_io import Fenced, SQLiteConnections, audited
@@ -84,6 +84,7 @@ class SQLiteStore(SQLiteSessionsPart):
         self._w, self._r = conns.write, conns.read
         self._fx_after = ""  # where claim_effects' walk over runs stopped (round robin)
         self._audit = functools.partial(audited, self._q["insert_audit"])
+        self._answers = Answers(self._q, self._w)
         self.retention = SQLiteRetention(self._q, self._r, self._w)
         self.deploys = SQLiteDeployments(self._q, self._r, self._w, self.work_available)
         self._others = OthersWatch(conns, self._r, self._q["any_due"], self.work_available)
@@ -415,22 +416,12 @@ class SQLiteStore(SQLiteSessionsPart):
         self, thread_id: str, value: bytes, interrupt_id: str | None = None,
         audit: Audit | None = None,
     ) -> InterruptRecord | None:
-        q = self._q
-
-        def job(conn: sqlite3.Connection) -> InterruptRecord | None:
-            row = conn.execute(q["resolve_interrupt"],
-                               {"thread_id": thread_id, "id": interrupt_id, "value": value}).fetchone()
-            if row is None:
-                return None
-            rec = InterruptRecord(*row)  # as resolved: RETURNING reads the updated row
-            conn.execute(q["journal_value"], {"thread_id": thread_id, "step": rec.step,
-                                              "idx": rec.idx, "name": INTERRUPT_CALL,
-                                              "result": value})
-            conn.execute(q["wake_waiting"], {"thread_id": thread_id})
-            return rec
-
-        rec: InterruptRecord | None = await self._w(self._audit(job, audit,
-                                                                  lambda r: r is not None))
+        if audit is None:  # answered with the others of its group commit
+            rec = await self._answers.answer(thread_id, value, interrupt_id)
+        else:
+            rec = await self._w(self._audit(
+                lambda conn: answer_one(self._q, conn, thread_id, value, interrupt_id), audit,
+                lambda r: r is not None))
         if rec is not None:
             self.work_available.set()
         return rec

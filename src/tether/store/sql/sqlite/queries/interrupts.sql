@@ -16,6 +16,19 @@ WHERE thread_id = :thread_id AND +status = 'pending' AND (:id IS NULL OR id = :i
   AND EXISTS (SELECT 1 FROM runs WHERE thread_id = :thread_id AND status = 'waiting')
 RETURNING {{interrupt_columns}};
 
+-- name: resolve_interrupts
+-- resolve_interrupt for many runs at once (sqlite_answers.py: the first answer to each of
+-- them in a group commit): ?1 is a JSON array of [thread_id, value, interrupt_id], the value
+-- as its UTF-8 text. Returns each interrupt resolved.
+UPDATE interrupts
+SET value = CAST(a.value ->> 1 AS BLOB), status = 'resolved',
+    resolved_at = (julianday('now') - 2440587.5) * 86400.0
+FROM json_each(?1) AS a
+WHERE interrupts.thread_id = a.value ->> 0 AND +interrupts.status = 'pending'
+  AND (a.value ->> 2 IS NULL OR interrupts.id = a.value ->> 2)
+  AND EXISTS (SELECT 1 FROM runs WHERE thread_id = a.value ->> 0 AND status = 'waiting')
+RETURNING {{interrupt_columns}};
+
 -- name: cancel_interrupts
 -- A cancelled run's questions are withdrawn from the inbox.
 UPDATE interrupts SET status = 'cancelled', resolved_at = (julianday('now') - 2440587.5) * 86400.0
@@ -27,6 +40,13 @@ UPDATE runs SET status = 'queued', waiting_for = NULL, wake_at = NULL,
                 updated_at = (julianday('now') - 2440587.5) * 86400.0,
                 {{resting('queued', (julianday('now') - 2440587.5) * 86400.0)}}
 WHERE thread_id = :thread_id AND status = 'waiting';
+
+-- name: wake_waiting_set
+-- wake_waiting for many runs: ?1 is a JSON array of their thread_ids.
+UPDATE runs SET status = 'queued', waiting_for = NULL, wake_at = NULL,
+                updated_at = (julianday('now') - 2440587.5) * 86400.0,
+                {{resting('queued', (julianday('now') - 2440587.5) * 86400.0)}}
+WHERE thread_id IN (SELECT value FROM json_each(?1)) AND status = 'waiting';
 
 -- name: get_interrupt
 SELECT {{interrupt_columns}}

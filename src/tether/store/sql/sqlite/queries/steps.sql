@@ -144,6 +144,13 @@ WHERE thread_id = :thread_id AND epoch = :epoch AND status = 'running';
 INSERT INTO journal (thread_id, step, idx, name, result)
 VALUES (:thread_id, :step, :idx, :name, :result);
 
+-- name: journal_values
+-- journal_value for many rows: ?1 is a JSON array of [thread_id, step, idx, name, result],
+-- the result as its UTF-8 text.
+INSERT INTO journal (thread_id, step, idx, name, result)
+SELECT j.value ->> 0, j.value ->> 1, j.value ->> 2, j.value ->> 3, CAST(j.value ->> 4 AS BLOB)
+FROM json_each(?1) AS j;
+
 -- name: wake_parent
 -- A child reached a terminal state: its parent, if parked in join, re-checks its children.
 UPDATE runs SET status = 'queued', waiting_for = NULL,
