@@ -63,8 +63,14 @@ def park_params(lease: Lease, park: Park) -> Params:
 
 def add_children(params: Params, children: Sequence[NewRun]) -> None:
     """The children as one array per field: commit_step_notify unnests them."""
+    if not children:  # (most steps and parks: the same empty arrays, never changed)
+        params.update(_NO_CHILDREN)
+        return
     for name in _NEW_RUN_FIELDS:
         params["c_" + name] = [getattr(child, name) for child in children]
+
+
+_NO_CHILDREN: Final[Params] = {"c_" + name: [] for name in _NEW_RUN_FIELDS}
 
 
 def full_params(commit: StepCommit, wakes: StepWakes) -> Params:
