@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
+from contextlib import closing
 from typing import Any
 
+import psycopg
 import pytest
 
 from apps import inprocess
 from apps.inprocess import eventually
-from tether import Agent, Command, Context, InvalidState, ResumeConflict, finish
+from tether import Agent, Command, Context, InvalidState, ResumeConflict, StoreError, finish
 from tether.store import pg_commit
 
 RUNS = 120
@@ -166,3 +169,36 @@ async def test_answers_given_together_on_sqlite_go_as_one_statement_each_kind(
             {"n": i, "s": "h\u00e9"} for i in range(30)]
         assert done[30].state["answer"] == "a\x00b"
         assert str((await rt.peek(ids[30])).status) == "waiting"  # the wrong id: not answered
+
+
+def _execute(url: str, sql: str, params: tuple[Any, ...]) -> None:
+    if url.startswith("sqlite"):
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as db:
+            db.execute(sql.replace("%s", "?"), params)
+            db.commit()
+    else:
+        with psycopg.connect(url, autocommit=True) as pg:
+            pg.execute(sql.replace("'{}'", "'\\x7b7d'::bytea").encode(), params)
+
+
+async def test_an_answer_that_fails_fails_alone(db_url: str) -> None:
+    """An answer whose write fails (here: its journal row is already there) fails with a
+    StoreError, and the answers that shared its group commit are answered all the same."""
+    rt = inprocess.make_runtime(db_url, asker, poll_interval=0.02)
+    async with inprocess.working(rt, concurrency=8):
+        ids = [r.thread_id for r in await asyncio.gather(
+            *(rt.start("asker", {"i": i}) for i in range(6)))]
+        await eventually(lambda: _all_waiting(rt, ids), "every run waits", timeout=WAIT)
+        bad = (await rt.interrupts(thread_id=ids[2]))[0]
+        _execute(db_url, "INSERT INTO journal (thread_id, step, idx, name, result) VALUES "
+                 "(%s, %s, 0, 'tether.interrupt', '{}')", (ids[2], bad.step))
+        got = await asyncio.gather(*(rt.store.resume_interrupt(t, b'{"ok":true}') for t in ids),
+                                   return_exceptions=True)
+        assert isinstance(got[2], StoreError), got[2]
+        assert [g.thread_id for k, g in enumerate(got) if k != 2] == [  # type: ignore[union-attr]
+            t for k, t in enumerate(ids) if k != 2]
+        for k, t in enumerate(ids):
+            if k != 2:
+                assert (await rt.wait(t, timeout=WAIT)).state["answer"] == {"ok": True}
+        assert str((await rt.peek(ids[2])).status) == "waiting"  # its answer left no trace
+        assert (await rt.interrupts(thread_id=ids[2]))[0].status == "pending"

@@ -7,17 +7,23 @@ answer's row (None: the run had no pending interrupt to answer)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 import threading
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
+from ..errors import StoreError
 from .base import INTERRUPT_CALL, InterruptRecord
+
+T = TypeVar("T")
 
 # (thread_id, value, interrupt_id)
 _Answer = tuple[str, bytes, str | None]
+# an answer's outcome: the interrupt answered, None (nothing to answer), or its error
+_Result = InterruptRecord | StoreError | None
 
 
 class _Batch:
@@ -53,7 +59,7 @@ class Answers:
                  write: Callable[[Callable[[sqlite3.Connection], Any]], Awaitable[Any]]) -> None:
         self._q = q
         self._write = write
-        self._open: tuple[_Batch, asyncio.Future[list[InterruptRecord | None]]] | None = None
+        self._open: tuple[_Batch, asyncio.Future[list[_Result]]] | None = None
 
     async def answer(self, thread_id: str, value: bytes,
                      interrupt_id: str | None) -> InterruptRecord | None:
@@ -62,35 +68,46 @@ class Answers:
             batch, fut = self._open
             i = batch.add(answer)
             if i is not None:
-                return (await asyncio.shield(fut))[i]
+                return _outcome((await asyncio.shield(fut))[i])
         batch = _Batch()
         i = batch.add(answer)
         assert i == 0
         fut = asyncio.ensure_future(self._write(lambda conn: self._job(conn, batch)))
         self._open = (batch, fut)
         fut.add_done_callback(lambda _: self._close(batch))
-        return (await asyncio.shield(fut))[i]
+        return _outcome((await asyncio.shield(fut))[i])
 
     def _close(self, batch: _Batch) -> None:
         if self._open is not None and self._open[0] is batch:
             self._open = None
 
-    def _job(self, conn: sqlite3.Connection, batch: _Batch) -> list[InterruptRecord | None]:
+    def _job(self, conn: sqlite3.Connection, batch: _Batch) -> list[_Result]:
         answers = batch.seal()
-        out: list[InterruptRecord | None] = [None] * len(answers)
+        if len(answers) == 1:  # alone: as before (an error fails this job, and only it)
+            return [answer_one(self._q, conn, *answers[0])]
+        out: list[_Result] = [None] * len(answers)
         first: dict[str, int] = {}  # each run's first answer: answered together
         for i, (thread_id, _, _) in enumerate(answers):
             first.setdefault(thread_id, i)
         alone: list[int] = list(range(len(answers)))
-        if len(first) > 1 and self._together(conn, answers, first, out):
-            together = set(first.values())
-            alone = [i for i in alone if i not in together]
+        try:
+            together = len(first) > 1 and _isolated(
+                conn, lambda: self._together(conn, answers, first, out))
+        except sqlite3.Error:  # undone: each answers alone below, so only a culprit fails
+            together = False
+        if together:
+            done = set(first.values())
+            alone = [i for i in alone if i not in done]
         for i in alone:  # in the order given: a later answer to a run finds it answered
-            out[i] = answer_one(self._q, conn, *answers[i])
+            try:
+                out[i] = _isolated(conn, functools.partial(answer_one, self._q, conn,
+                                                           *answers[i]))
+            except sqlite3.Error as exc:  # this answer fails, not its batch-mates
+                out[i] = _store_error(exc)
         return out
 
     def _together(self, conn: sqlite3.Connection, answers: list[_Answer],
-                  first: dict[str, int], out: list[InterruptRecord | None]) -> bool:
+                  first: dict[str, int], out: list[_Result]) -> bool:
         """The first answer to each run, one statement per kind; False (nothing written) if
         some value is not UTF-8 text JSON can carry as a string."""
         rows = [[answers[i][0], answers[i][1], answers[i][2]] for i in first.values()]
@@ -127,6 +144,32 @@ def answer_one(q: Mapping[str, str], conn: sqlite3.Connection, thread_id: str, v
                                       "name": INTERRUPT_CALL, "result": value})
     conn.execute(q["wake_waiting"], {"thread_id": thread_id})
     return rec
+
+
+def _isolated(conn: sqlite3.Connection, step: Callable[[], T]) -> T:
+    """`step` inside a savepoint: on an SQLite error its writes are undone (the group
+    commit's other writes stay) and the error raised."""
+    conn.execute("SAVEPOINT answers")
+    try:
+        result = step()
+    except sqlite3.Error:
+        conn.execute("ROLLBACK TO answers")
+        conn.execute("RELEASE answers")
+        raise
+    conn.execute("RELEASE answers")
+    return result
+
+
+def _store_error(exc: sqlite3.Error) -> StoreError:
+    err = StoreError(f"SQLite error: {exc}")
+    err.__cause__ = exc
+    return err
+
+
+def _outcome(result: _Result) -> InterruptRecord | None:
+    if isinstance(result, StoreError):
+        raise result
+    return result
 
 
 def _text(value: object) -> str:
