@@ -129,22 +129,6 @@ def never_ran(run: RunRecord) -> bool:
     return run.step == 0 and run.epoch == 1
 
 
-async def load_claimed_each(store: Store, runs: Sequence[RunRecord]) -> dict[str, ClaimedReads]:
-    """Store.load_claimed from the per-run reads: one with_mail for all, then each run's
-    checkpoints, journal and inbox as its first step would read them."""
-    if not runs:
-        return {}
-    mail = await store.with_mail([r.thread_id for r in runs])
-    out: dict[str, ClaimedReads] = {}
-    for run in runs:
-        tid = run.thread_id
-        out[tid] = ClaimedReads(
-            await store.load_checkpoints(tid) if run.step > 0 else [],
-            [] if never_ran(run) else await store.load_journal(tid, run.step + 1),
-            await store.load_inbox(tid, INBOX_LIMIT) if tid in mail else [])
-    return out
-
-
 @dataclass(frozen=True, slots=True)
 class SentRecord:  # a message a run sent; consumed_step: the recipient's step that read it
     id: int

@@ -38,7 +38,6 @@ from .base import (
     SentRecord,
     StatusCounts,
     StepCommit,
-    load_claimed_each,
 )
 from .listing import RunQuery
 from .measure import LoadStats
@@ -48,6 +47,7 @@ from .plan import ADVANCE, FINISH, StepWakes, step_kind, step_wakes
 from .rows import finished_run, mail_refused, new_run_params, same_run
 from .sessions import SQLiteSessionsPart
 from .sqlite_answers import Answers, answer_one
+from .sqlite_claimed import claimed_reads
 from .sqlite_create import FRESH_WRITES, fresh_insert
 from .sqlite_deploy import SQLiteDeployments
 from .sqlite_io import Fenced, SQLiteConnections, audited
@@ -328,7 +328,7 @@ class SQLiteStore(SQLiteSessionsPart):
         return {r[0] for r in await self._r(lambda c: c.execute(q, ids).fetchall())}
 
     async def load_claimed(self, runs: Sequence[RunRecord]) -> dict[str, ClaimedReads]:
-        return await load_claimed_each(self, runs)  # (local reads: one at a time is as fast)
+        return await self._r(claimed_reads(self._q, runs)) if runs else {}
 
     async def inbox_depth(self, thread_id: str) -> int:
         q = self._q["inbox_depth"]

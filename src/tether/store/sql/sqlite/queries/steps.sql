@@ -11,6 +11,14 @@ WHERE EXISTS (SELECT 1 FROM runs WHERE thread_id = ?1 AND epoch = ?6 AND status 
 -- name: load_journal
 SELECT idx, name, result, args FROM journal WHERE thread_id = :thread_id AND step = :step ORDER BY idx;
 
+-- name: load_journals
+-- load_journal for many runs in one statement (Store.load_claimed): ?1 is a JSON array of
+-- [thread_id, step]; each pair is one range of the primary key, in the order given.
+SELECT j.value ->> 0, r.idx, r.name, r.result, r.args
+FROM json_each(?1) AS j CROSS JOIN journal AS r
+WHERE r.thread_id = j.value ->> 0 AND r.step = j.value ->> 1
+ORDER BY j.key, r.idx;
+
 -- name: journal_usage
 -- The run's journaled results that carry their call's token usage (serde.with_usage: they
 -- begin with :prefix); one row per call, so a sum over them counts each call once.
