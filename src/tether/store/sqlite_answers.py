@@ -11,12 +11,13 @@ import functools
 import sqlite3
 import threading
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 
 from ..errors import StoreError
 from .base import INTERRUPT_CALL, InterruptRecord
+from .sqlite_io import store_error
 
 T = TypeVar("T")
 
@@ -103,7 +104,7 @@ class Answers:
                 out[i] = _isolated(conn, functools.partial(answer_one, self._q, conn,
                                                            *answers[i]))
             except sqlite3.Error as exc:  # this answer fails, not its batch-mates
-                out[i] = _store_error(exc)
+                out[i] = cast(StoreError, store_error(exc))
         return out
 
     def _together(self, conn: sqlite3.Connection, answers: list[_Answer],
@@ -158,12 +159,6 @@ def _isolated(conn: sqlite3.Connection, step: Callable[[], T]) -> T:
         raise
     conn.execute("RELEASE answers")
     return result
-
-
-def _store_error(exc: sqlite3.Error) -> StoreError:
-    err = StoreError(f"SQLite error: {exc}")
-    err.__cause__ = exc
-    return err
 
 
 def _outcome(result: _Result) -> InterruptRecord | None:

@@ -335,7 +335,7 @@ class _Open:
         alone), else the lone job's failure as its result."""
         if self.write.in_transaction:
             self.write.execute("ROLLBACK")
-        return [(batch[0][1], False, _wrap(exc))] if len(batch) == 1 else None
+        return [(batch[0][1], False, store_error(exc))] if len(batch) == 1 else None
 
     def _transaction(self, batch: list[Item], wait: bool = True) -> list[_Result] | None:
         """Run jobs in one transaction on this thread, the fenced writes last, one
@@ -380,7 +380,7 @@ class _Open:
             finally:
                 conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            raise _wrap(exc) from exc
+            raise store_error(exc) from exc
 
 
 _Result = tuple["asyncio.Future[Any]", bool, Any]
@@ -447,7 +447,7 @@ def _deliver(results: list[_Result]) -> None:
             fut.set_exception(value)
 
 
-def _wrap(exc: BaseException) -> BaseException:
+def store_error(exc: BaseException) -> BaseException:
     if isinstance(exc, sqlite3.Error):
         err = StoreError(f"SQLite error: {exc}")
         err.__cause__ = exc
