@@ -43,19 +43,28 @@ async def nap(state: dict[str, Any], ctx: Context) -> Command:
     return finish({"slept": state["i"]})
 
 
-def _spy_bulk(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The JSON rows of every multi-row statement the Postgres group commit sends."""
-    bulk_rows: list[str] = []
+@pytest.fixture
+def bulk_rows(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The JSON rows of every multi-row statement the Postgres group commit sends; the
+    store's log captured at DEBUG (a rolled-back group commit says so there)."""
+    rows_sent: list[str] = []
     json_rows = pg_commit._json_rows
 
     def spy(seq: Any) -> str | None:
         rows = json_rows(seq)
         if rows is not None:
-            bulk_rows.append(rows)
+            rows_sent.append(rows)
         return rows
 
     monkeypatch.setattr(pg_commit, "_json_rows", spy)
-    return bulk_rows
+    caplog.set_level(logging.DEBUG, logger="tether.store.postgres")
+    return rows_sent
+
+
+async def _started(rt: Any, agent: str, n: int) -> list[str]:
+    """n runs of `agent` started together (their first steps and parks pile up)."""
+    return [r.thread_id for r in await asyncio.gather(
+        *(rt.start(agent, {"i": i}) for i in range(n)))]
 
 
 async def _all_waiting(rt: Any, ids: list[str]) -> bool:
@@ -66,13 +75,10 @@ async def _all_waiting(rt: Any, ids: list[str]) -> bool:
 
 
 async def test_answers_in_one_group_commit_each_reach_their_own_run(
-        db_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    bulk_rows = _spy_bulk(monkeypatch)
-    caplog.set_level(logging.DEBUG, logger="tether.store.postgres")
+        db_url: str, bulk_rows: list[str], caplog: pytest.LogCaptureFixture) -> None:
     rt = inprocess.make_runtime(db_url, asker, poll_interval=0.02)
     async with inprocess.working(rt, concurrency=RUNS):
-        ids = [r.thread_id for r in await asyncio.gather(
-            *(rt.start("asker", {"i": i}) for i in range(RUNS)))]
+        ids = await _started(rt, "asker", RUNS)
         await eventually(lambda: _all_waiting(rt, ids), "every run waits", timeout=WAIT)
         first = await rt.interrupts(thread_id=ids[0])
 
@@ -113,14 +119,11 @@ async def test_answers_in_one_group_commit_each_reach_their_own_run(
 
 
 async def test_timers_parked_together_each_wake_their_own_run(
-        db_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    bulk_rows = _spy_bulk(monkeypatch)
-    caplog.set_level(logging.DEBUG, logger="tether.store.postgres")
+        db_url: str, bulk_rows: list[str], caplog: pytest.LogCaptureFixture) -> None:
     rt = inprocess.make_runtime(db_url, sleeper, poll_interval=0.02)
     async with inprocess.working(rt, concurrency=RUNS):
         t0 = asyncio.get_running_loop().time()
-        ids = [r.thread_id for r in await asyncio.gather(  # started together: parks pile up
-            *(rt.start("sleeper", {"i": i}) for i in range(RUNS)))]
+        ids = await _started(rt, "sleeper", RUNS)
         done = await asyncio.gather(*(rt.wait(t, timeout=WAIT) for t in ids))
         assert asyncio.get_running_loop().time() - t0 >= SLEEP_S
         assert [d.state["slept"] for d in done] == list(range(RUNS))
@@ -142,8 +145,7 @@ async def test_answers_given_together_on_sqlite_go_as_one_statement_each_kind(
         pytest.skip("SQLite's group commit (Postgres: resume_interrupts, above)")
     rt = inprocess.make_runtime(db_url, asker, poll_interval=0.02)
     async with inprocess.working(rt, concurrency=40):
-        ids = [r.thread_id for r in await asyncio.gather(
-            *(rt.start("asker", {"i": i}) for i in range(40)))]
+        ids = await _started(rt, "asker", 40)
         await eventually(lambda: _all_waiting(rt, ids), "every run waits", timeout=WAIT)
         store = rt.store
         opened = store._conns._open
@@ -186,8 +188,7 @@ async def test_an_answer_that_fails_fails_alone(db_url: str) -> None:
     StoreError, and the answers that shared its group commit are answered all the same."""
     rt = inprocess.make_runtime(db_url, asker, poll_interval=0.02)
     async with inprocess.working(rt, concurrency=8):
-        ids = [r.thread_id for r in await asyncio.gather(
-            *(rt.start("asker", {"i": i}) for i in range(6)))]
+        ids = await _started(rt, "asker", 6)
         await eventually(lambda: _all_waiting(rt, ids), "every run waits", timeout=WAIT)
         bad = (await rt.interrupts(thread_id=ids[2]))[0]
         _execute(db_url, "INSERT INTO journal (thread_id, step, idx, name, result) VALUES "

@@ -47,7 +47,7 @@ from .plan import ADVANCE, FINISH, StepWakes, step_kind, step_wakes
 from .rows import finished_run, mail_refused, new_run_params, same_run
 from .sessions import SQLiteSessionsPart
 from .sqlite_answers import Answers, answer_one
-from .sqlite_claimed import claimed_reads
+from .sqlite_claimed import ALL_STEPS, claimed_reads
 from .sqlite_create import FRESH_WRITES, fresh_insert
 from .sqlite_deploy import SQLiteDeployments
 from .sqlite_io import Fenced, SQLiteConnections, audited
@@ -557,13 +557,13 @@ class SQLiteStore(SQLiteSessionsPart):
 
     async def load_checkpoints(self, thread_id: str, upto: int | None = None) -> list[CheckpointRecord]:
         q = self._q["load_checkpoints"]
-        params = {"thread_id": thread_id, "upto": upto if upto is not None else 2**62}
+        params = {"thread_id": thread_id, "upto": upto if upto is not None else ALL_STEPS}
         rows = await self._r(lambda c: c.execute(q, params).fetchall())
         return [_checkpoint(r) for r in rows]
 
     async def checkpoints(self, thread_id: str) -> list[CheckpointRecord]:
         q = self._q["checkpoints_range"]
-        params = {"thread_id": thread_id, "from_step": 0, "upto": 2**62}
+        params = {"thread_id": thread_id, "from_step": 0, "upto": ALL_STEPS}
         rows = await self._r(lambda c: c.execute(q, params).fetchall())
         return [_checkpoint(r) for r in rows]
 

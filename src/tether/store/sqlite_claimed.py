@@ -12,7 +12,7 @@ import orjson
 from .base import INBOX_LIMIT, ClaimedReads, MessageRecord, RunRecord, never_ran
 from .step_types import CheckpointRecord, JournalRecord
 
-_ALL = 2**62  # load_checkpoints' upper bound: every step
+ALL_STEPS = 2**62  # the checkpoint reads' upper bound: every step
 
 
 def claimed_reads(q: Mapping[str, str], runs: Sequence[RunRecord]
@@ -28,7 +28,7 @@ def claimed_reads(q: Mapping[str, str], runs: Sequence[RunRecord]
             journals.setdefault(tid, []).append(JournalRecord(idx, name, result, args))
         return {r.thread_id: ClaimedReads(
             [CheckpointRecord(*row) for row in c.execute(q["load_checkpoints"], {
-                "thread_id": r.thread_id, "upto": _ALL})] if r.step > 0 else [],
+                "thread_id": r.thread_id, "upto": ALL_STEPS})] if r.step > 0 else [],
             journals.get(r.thread_id, []),
             [MessageRecord(*row) for row in c.execute(q["load_inbox"], {
                 "thread_id": r.thread_id, "limit": INBOX_LIMIT})] if r.thread_id in mail else [])
