@@ -28,6 +28,7 @@ from .base import (
     ClaimedReads,
     CommitObserver,
     EffectRecord,
+    Handover,
     InterruptRecord,
     JournalRecord,
     Lease,
@@ -414,15 +415,15 @@ class SQLiteStore(SQLiteSessionsPart):
 
     async def resume_interrupt(
         self, thread_id: str, value: bytes, interrupt_id: str | None = None,
-        audit: Audit | None = None,
+        audit: Audit | None = None, handover: Handover | None = None,
     ) -> InterruptRecord | None:
         if audit is None:  # answered with the others of its group commit
-            rec = await self._answers.answer(thread_id, value, interrupt_id)
+            rec = await self._answers.answer(thread_id, value, interrupt_id, handover)
         else:
             rec = await self._w(self._audit(
-                lambda conn: answer_one(self._q, conn, thread_id, value, interrupt_id), audit,
-                lambda r: r is not None))
-        if rec is not None:
+                lambda conn: answer_one(self._q, conn, thread_id, value, interrupt_id,
+                                        handover), audit, lambda r: r is not None))
+        if rec is not None and rec.run is None:
             self.work_available.set()
         return rec
 
