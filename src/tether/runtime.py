@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import nullcontext
 from typing import Any, TypeVar
 
-from . import answering, deploy, serde, starting
+from . import deploy, serde, starting
 from .agent import Agent
 from .calls import args_of
 from .closing import stop_local
@@ -504,14 +504,13 @@ class Runtime:
                      interrupt_id: str | None = None, actor: str | None = None) -> Interrupt:
         """Answer the run's pending interrupt with `value` (JSON). Exactly once: a second or
         concurrent answer to the same interrupt raises ResumeConflict; a run that is not
-        waiting for input raises InvalidState. A worker of this runtime with a free slot
-        takes the run at once (no claim)."""
+        waiting for input raises InvalidState."""
         data = serde.dumps(value, "resume value")
         await self.open()
-        rec = await answering.answer(
-            self.store, self._workers, self.settings.lease_ttl, thread_id, data, interrupt_id,
-            audit_of(actor, "resume", thread_id, interrupt_id or thread_id,
-                     {"interrupt_id": interrupt_id}))
+        rec = await self.store.resume_interrupt(
+            thread_id, data, interrupt_id,
+            audit=audit_of(actor, "resume", thread_id, interrupt_id or thread_id,
+                         {"interrupt_id": interrupt_id}))
         if rec is not None:
             self.hub.emit(thread_id, {"type": "resumed", "interrupt_id": rec.id, "step": rec.step})
             return interrupt_of(rec)

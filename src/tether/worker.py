@@ -16,9 +16,10 @@ import socket
 import time
 import weakref
 from concurrent.futures import Executor, ProcessPoolExecutor
+from typing import Any
 
 from . import deploy, serde
-from .agent import Agent
+from .agent import Agent, Command
 from .calls import retry_delay
 from .config import Settings
 from .context import Context, Message, Suspend
@@ -41,7 +42,6 @@ from .store.base import (
     never_ran,
 )
 from .worker_records import agents_json, error_json, worker_id
-from .worker_steps import check_command, step_events
 
 log = logging.getLogger("tether.worker")
 STRANDED_EVERY = 5.0
@@ -95,8 +95,7 @@ class Worker:
         self.effects_given_back = 0
         """At shutdown: effects whose handler it stopped (pending again, for any worker)."""
         self._tg: asyncio.TaskGroup | None = None
-        self._reserved = 0  # slots promised to runs being started or answered here
-        self._adopted: list[RunRecord] = []  # answered here, leased to us: to read and drive
+        self._reserved = 0  # slots promised to runs being started in this process
         self._loop: asyncio.AbstractEventLoop | None = None
         self._cpu_pool: ProcessPoolExecutor | None = None  # made by the first ctx.cpu_call
         self._agents_json = "{}"
@@ -131,14 +130,14 @@ class Worker:
         """This worker runs the run now (its task notifies waiters if it finishes it)."""
         return thread_id in self._tasks
 
-    # -- runs started or answered in this process -------------------------------------------
-    # Runtime.start and Runtime.resume ask for a slot first; if they get one, the run is
-    # inserted (answered) already leased to this worker and handed over with adopt(): no
-    # claim, no wake-up of other workers. Runs from elsewhere still come through claims.
+    # -- runs started in this process ------------------------------------------------------
+    # Runtime.start asks for a slot first; if it gets one, the run is inserted already leased
+    # to this worker (no claim, no wake-up, no reads: a new run has no journal, checkpoints or
+    # mail yet) and handed over with adopt(). Runs from elsewhere still come through claims.
 
     def reserve(self) -> bool:
-        """Take a free slot for a run about to be started or answered here (release it with
-        adopt() or unreserve())."""
+        """Take a free slot for a run about to be started here (release it with adopt() or
+        unreserve())."""
         if (self._tg is None or self._stopping
                 or len(self._tasks) + self._reserved >= self.concurrency):
             return False
@@ -148,23 +147,16 @@ class Worker:
     def unreserve(self) -> None:
         self._reserved -= 1
 
-    def adopt(self, rec: RunRecord, since: float | None = None, fresh: bool = True) -> bool:
-        """Drive a run leased to this worker in this process (uses the slot reserve() took);
-        `since`: time.monotonic() when its write was sent (its lease runs from then). `fresh`:
-        created just now, so it has nothing to read; else (an answered run) the claim loop
-        reads what its first step needs with the runs it claims, then drives it. False if
-        the worker is stopping: the caller must release the run."""
+    def adopt(self, rec: RunRecord, since: float | None = None) -> bool:
+        """Drive a run created leased to this worker (uses the slot reserve() took); `since`:
+        time.monotonic() when its insert was sent (its lease runs from then). False if the
+        worker is stopping: the caller must release the run."""
+        self.unreserve()
         if self._tg is None or self._stopping:
-            self.unreserve()
             return False
         lease = Lease(rec.thread_id, self.id, rec.epoch)
         self._leases[rec.thread_id] = lease
         self._renewals.track(lease, time.monotonic() if since is None else since)
-        if not fresh:  # its slot stays reserved until the claim loop drives it
-            self._adopted.append(rec)
-            self.store.work_available.set()
-            return True
-        self.unreserve()
         self._tasks[rec.thread_id] = self._tg.create_task(self._drive(rec, lease, fresh=True))
         return True
 
@@ -254,11 +246,8 @@ class Worker:
         agents = list(self.registry.agents)
         poll = self.settings.poll_interval
         while not self._stopping:
-            wake.clear()
-            if self._adopted:  # answered here and leased to us: before claiming more
-                adopted, self._adopted = self._adopted, []
-                await self._start(tg, adopted, adopted=True)
             free = self.concurrency - len(self._tasks) - self._reserved
+            wake.clear()
             if free > 0:
                 want = min(free, self.claim_batch)
                 since = time.monotonic()  # the claimed leases run from (at the latest) now
@@ -269,9 +258,13 @@ class Worker:
                 except StoreError as exc:
                     log.warning("claim failed, retrying in %.1fs: %s", poll, exc)
                     claimed = []
+                reads = await self._load_claimed(claimed)
                 for rec in claimed:
-                    # Our own lease expired (a blocked loop) and we re-claimed the run: the
-                    # old task's epoch is stale, so abandon it before the new one takes over.
+                    if self._stopping:
+                        self._orphans[rec.thread_id] = Lease(rec.thread_id, self.id, rec.epoch)
+                        continue
+                    # Our own lease expired (a blocked loop) and we re-claimed the run: the old
+                    # task's epoch is stale, so abandon it before the new one takes its place.
                     self.cancel_local(rec.thread_id, "superseded")
                     if rec.taken_from is not None and rec.taken_from != self.id:
                         log.info("worker %s: took over run %s from worker %s (its lease "
@@ -279,39 +272,16 @@ class Worker:
                     lease = Lease(rec.thread_id, self.id, rec.epoch)
                     self._leases[rec.thread_id] = lease
                     self._renewals.track(lease, since)
-                await self._start(tg, claimed)
+                    self._tasks[rec.thread_id] = tg.create_task(self._drive(
+                        rec, lease, reads=None if reads is None else reads.get(rec.thread_id)))
                 if len(claimed) == want:
                     await asyncio.sleep(0)
                     continue
-            if self._adopted:
-                continue
             try:
                 async with asyncio.timeout(poll):
                     await wake.wait()
             except TimeoutError:
                 pass
-
-    async def _start(self, tg: asyncio.TaskGroup, runs: list[RunRecord],
-                     adopted: bool = False) -> None:
-        """Drive claimed (or `adopted`: their slots reserved) runs leased to us, what their
-        first steps read read for all of them at once (on a failure, each reads its own)."""
-        if not runs:
-            return
-        reads: dict[str, ClaimedReads] | None = None
-        try:
-            reads = await self.store.load_claimed(runs)
-        except StoreError as exc:
-            log.debug("reads of %d claimed runs failed: %s", len(runs), exc)
-        for rec in runs:
-            if adopted:
-                self.unreserve()  # from here it counts as driven
-            lease = self._leases[rec.thread_id]
-            if self._stopping:  # given back by _drain (or the heartbeat)
-                self._orphans[rec.thread_id] = lease
-                self._forget(lease)
-                continue
-            self._tasks[rec.thread_id] = tg.create_task(self._drive(
-                rec, lease, reads=None if reads is None else reads.get(rec.thread_id)))
 
     async def _drain(self) -> None:
         """Shutdown: let in-flight steps finish within the grace period, then cancel the
@@ -367,6 +337,17 @@ class Worker:
             self.cancel_local(thread_id, FailureCategory.LEASE_LOST.value)
 
     # -- one run ---------------------------------------------------------------------------
+
+    async def _load_claimed(self, claimed: list[RunRecord]) -> dict[str, ClaimedReads] | None:
+        """What the claimed runs' first steps read, for all of them at once (None: not read,
+        so each run reads its own)."""
+        if not claimed:
+            return {}
+        try:
+            return await self.store.load_claimed(claimed)
+        except StoreError as exc:
+            log.debug("reads of %d claimed runs failed: %s", len(claimed), exc)
+            return None
 
     async def _drive(self, rec: RunRecord, lease: Lease, fresh: bool = False,
                      reads: ClaimedReads | None = None) -> None:
@@ -424,7 +405,7 @@ class Worker:
                         if obs is not None:
                             obs.parked(step, node_name, attempt, started, suspend.park.kind)
                         return
-                    next_node = check_command(agent, node_name, cmd)
+                    next_node = _check_command(agent, node_name, cmd)
                     parks = cmd.kind == "receive"
                     delta = delta_of(state, cmd.update)
                     data, decoded = encode_delta(delta, node_name, agent.typed_state)
@@ -473,7 +454,7 @@ class Worker:
                     obs.step(step, node_name, attempt, started, ended, status, len(inbox),
                              len(ctx.messages))
                 if hub.watched(thread_id):
-                    step_events(hub, thread_id, step, node_name, next_node, status,
+                    _step_events(hub, thread_id, step, node_name, next_node, status,
                                  received=bool(inbox), sent=len(ctx.messages))
                 if status != "running":
                     self._forget(lease)
@@ -575,6 +556,36 @@ class Worker:
         await self.store.fail_step(lease, failures=failures, wake_at=wake_at, error=error,
                                    final=False)
         self._forget(lease)
+
+
+def _step_events(hub: EventHub, thread_id: str, step: int, node: str, next_node: str | None,
+                 status: str, received: bool, sent: int) -> None:
+    """The events of a committed step, for the run's subscribers in this process."""
+    hub.emit(thread_id, {"type": "step", "step": step, "node": node,
+                             "next_node": next_node, "status": status})
+    if received or sent:
+        hub.emit(thread_id, {"type": "response", "step": step, "sent": sent})
+    if status == "waiting":
+        hub.emit(thread_id, {"type": "idle", "step": step})
+    if status == "completed":
+        hub.emit(thread_id, {"type": "completed", "step": step})
+
+
+def _check_command(agent: Agent, node_name: str | None, cmd: Any) -> str | None:
+    """The next node of a valid command (None when the run finishes)."""
+    if not isinstance(cmd, Command):
+        raise DefinitionError(
+            f"node {node_name!r} of agent {agent.name!r} returned {type(cmd).__name__!r}; "
+            "a node must return tether.goto(node, update) or tether.finish(update)"
+        )
+    if cmd.kind == "finish":
+        return None
+    if cmd.kind == "receive":
+        return node_name
+    if cmd.kind == "goto" and cmd.node is not None:
+        agent.get_node(cmd.node)
+        return cmd.node
+    raise DefinitionError(f"node {node_name!r} returned an unsupported command {cmd!r}")
 
 
 def co_resident(store: Store, version: str, agent: str) -> list[Worker]:

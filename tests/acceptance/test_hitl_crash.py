@@ -75,33 +75,6 @@ def test_interrupt_survives_a_killed_worker_and_is_delivered_once(procs: Procs) 
         assert c.get("/interrupts").json()["interrupts"] == []
 
 
-def test_an_answer_handed_to_the_serving_worker_survives_its_kill(procs: Procs) -> None:
-    """`tether serve --worker` hands an answered run to its own worker (no claim); killed
-    while the step holds the answer, the run is taken over once the lease expires and
-    finishes with the same answer, given once."""
-    server = procs.serve("--lease-ttl", str(LEASE_TTL), worker=True)
-    with server.client() as c:
-        tid = c.post("/runs", json={"agent": "approval",
-                                    "input": {"item": 1, "hold": 120}}).json()["thread_id"]
-        wait_status(c, tid, "waiting")
-        r = c.post(f"/runs/{tid}/resume", json={"value": {"n": 1}})
-        assert r.status_code == 200, r.text
-        # Handed to the embedded worker (or, without the hand-over, claimed by it at once).
-        assert c.get(f"/runs/{tid}").json()["status"] == "running"
-        wait_until(lambda: deliveries(procs), 30, "the step to hold the answer")
-        server.kill()  # SIGKILL mid-step: the step never commits
-    procs.worker()  # B: takes the run over when the dead process's lease expires
-    with procs.serve().client() as c:
-        run = wait_status(c, tid, "completed")
-        assert run["state"]["answer"] == {"n": 1}
-        answers = c.get("/interrupts", params={"thread_id": tid, "status": "resolved"}).json()
-        assert [i["value"] for i in answers["interrupts"]] == [{"n": 1}]
-        r = c.post(f"/runs/{tid}/resume", json={"value": "late"})
-        assert r.status_code == 409, r.text
-    # The step ran twice (killed, then taken over), each time with the one answer.
-    assert deliveries(procs) == [f'{tid} {{"n":1}}'] * 2
-
-
 async def test_concurrent_resumes_exactly_one_wins(procs: Procs) -> None:
     server = procs.serve()
     procs.worker()

@@ -8,11 +8,11 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tether import Agent, Command, Context, Runtime, finish
+from tether import Agent, Runtime
 
 from . import eventually
 
-__all__ = ["WAIT", "asker", "eventually", "make_runtime", "working"]
+__all__ = ["WAIT", "eventually", "make_runtime", "working"]
 
 WAIT = 30.0  # generous: a wait that times out fails the test, it does not hang it
 
@@ -41,11 +41,3 @@ async def working(runtime: Runtime, concurrency: int = 8,
                 await runtime.close()
 
 
-asker = Agent("asker")
-"""Asks a person once (payload {"i": input i}) and finishes with the answer as `answer`."""
-
-
-@asker.node(start=True)
-async def ask(state: dict[str, Any], ctx: Context) -> Command:
-    answer = ctx.interrupt({"i": state["i"]})
-    return finish({"answer": answer})

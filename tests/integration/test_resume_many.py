@@ -17,13 +17,22 @@ import psycopg
 import pytest
 
 from apps import inprocess
-from apps.inprocess import asker, eventually
+from apps.inprocess import eventually
 from tether import Agent, Command, Context, InvalidState, ResumeConflict, StoreError, finish
 from tether.store import pg_commit
 
 RUNS = 120
 WAIT = 30.0
 SLEEP_S = 0.3
+
+asker = Agent("asker")
+
+
+@asker.node(start=True)
+async def ask(state: dict[str, Any], ctx: Context) -> Command:
+    answer = ctx.interrupt({"i": state["i"]})
+    return finish({"answer": answer})
+
 
 sleeper = Agent("sleeper")
 

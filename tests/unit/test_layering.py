@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "tether.agent", "tether.registry", "tether.hub", "tether.deploy",
                 "tether.worker", "tether.starting", "tether.waiting",
                 "tether.retention", "tether.records", "tether.closing", "tether.leases",
-                "tether.worker_records", "tether.worker_steps", "tether.answering")),
+                "tether.worker_records")),
     ("runtime", ("tether.runtime",)),
     ("api", ("tether",)),  # the package itself (only): the public names, re-exported
     ("apps", ("tether.__main__", "tether.service", "tether.cli", "tether.demo", "tether.bench",

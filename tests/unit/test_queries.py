@@ -166,8 +166,8 @@ def test_the_column_fragments_are_the_records_fields_in_order(dialect: str) -> N
     q = queries(dialect)
     assert _columns(q["get_run"], "runs") == RUN_COLUMNS
     assert _columns(q["get_effect"], "outbox") == tuple(EffectRecord.__dataclass_fields__)
-    assert _columns(q["get_interrupt"], "interrupts") == tuple(  # (run: not a column)
-        f for f in InterruptRecord.__dataclass_fields__ if f != "run")
+    assert _columns(q["get_interrupt"], "interrupts") == tuple(
+        InterruptRecord.__dataclass_fields__)
     assert _columns(q["load_checkpoints"], "checkpoints") == CHECKPOINT_COLUMNS
 
 

@@ -93,20 +93,6 @@ class InterruptRecord:
     status: str  # pending | resolved
     created_at: float
     resolved_at: float | None
-    run: RunRecord | None = None
-    """Only from resume_interrupt with a Handover: the run, leased to its worker by the answer."""
-
-
-@dataclass(frozen=True, slots=True)
-class Handover:
-    """A worker of the answering process with a free slot: resume_interrupt leases the run
-    to it at once, as a claim would (epoch and attempt bumped, lease for `ttl` s), when the
-    run is of its version and one of its agents; any other run is queued for a claim."""
-
-    worker: str
-    version: str
-    agents: tuple[str, ...]
-    ttl: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -488,12 +474,12 @@ class Store(Protocol):
 
     async def resume_interrupt(
         self, thread_id: str, value: bytes, interrupt_id: str | None = None,
-        audit: Audit | None = None, handover: Handover | None = None,
+        audit: Audit | None = None,
     ) -> InterruptRecord | None:
         """Answer the run's pending interrupt (or the one with `interrupt_id`) exactly once:
-        the value is journaled for the re-executed node and the run becomes queued (or, see
-        Handover, running and leased: the record's `run`), in one transaction. None when
-        there is no such pending interrupt (already answered, or the run is not waiting)."""
+        the value is journaled for the re-executed node and the run becomes queued, in one
+        transaction. None when there is no such pending interrupt (already answered, or the
+        run is not waiting)."""
 
     async def get_interrupt(self, interrupt_id: str) -> InterruptRecord | None: ...
 

@@ -150,9 +150,7 @@ async def settle_create(conns: PgConnections, write: Write, new: NewRun) -> Tupl
 async def settle_resume(conns: PgConnections, write: Write, thread_id: str, value: bytes,
                         interrupt_id: str | None) -> TupleRow | None:
     """settle() an interrupt's answer: it landed iff the interrupt is resolved with this
-    value (resume_interrupt's row: the interrupt's columns, then a count). An answer settled
-    so is not handed over: a run it leased to a worker of this process is claimed again once
-    that lease expires (the worker never tracked it, so never renews it)."""
+    value (resume_interrupt's row: the interrupt's columns, then a count)."""
 
     async def landed() -> TupleRow | None:
         rows = await conns.read(conns.q["list_interrupts"], {

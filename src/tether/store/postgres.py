@@ -19,7 +19,6 @@ the transaction back whole and it is retried.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -38,7 +37,6 @@ from .base import (
     ClaimedReads,
     CommitObserver,
     EffectRecord,
-    Handover,
     InterruptRecord,
     JournalRecord,
     Lease,
@@ -462,14 +460,10 @@ class PostgresStore(PgSessionsPart):
 
     async def resume_interrupt(
         self, thread_id: str, value: bytes, interrupt_id: str | None = None,
-        audit: Audit | None = None, handover: Handover | None = None,
+        audit: Audit | None = None,
     ) -> InterruptRecord | None:
-        params: Params = {"thread_id": thread_id, "value": value, "id": interrupt_id,
-                          "name": INTERRUPT_CALL, "worker": None, "version": None,
-                          "agents": None, "ttl": None}
-        if handover is not None:
-            params.update(worker=handover.worker, version=handover.version,
-                          agents=list(handover.agents), ttl=float(handover.ttl))
+        params = {"thread_id": thread_id, "value": value, "id": interrupt_id,
+                  "name": INTERRUPT_CALL}
         # One statement, group-committed: concurrent resumes of many runs share a commit;
         # two answers to one interrupt in one batch see each other (the second finds none).
         if audit is None:
@@ -480,11 +474,8 @@ class PostgresStore(PgSessionsPart):
             row = rows[0] if rows else None
         if row is None:
             return None
-        rec = InterruptRecord(*row[:9])
-        if len(row) > 10 and row[-2]:  # leased to the handover's worker
-            return dataclasses.replace(rec, run=RunRecord(*row[9:-2]))
         self.work_available.set()
-        return rec
+        return InterruptRecord(*row[:9])
 
     async def get_interrupt(self, interrupt_id: str) -> InterruptRecord | None:
         row = await self._conns.hot_read_one(self._q["get_interrupt"], {"id": interrupt_id})

@@ -28,7 +28,6 @@ from .base import (
     ClaimedReads,
     CommitObserver,
     EffectRecord,
-    Handover,
     InterruptRecord,
     JournalRecord,
     Lease,
@@ -415,15 +414,15 @@ class SQLiteStore(SQLiteSessionsPart):
 
     async def resume_interrupt(
         self, thread_id: str, value: bytes, interrupt_id: str | None = None,
-        audit: Audit | None = None, handover: Handover | None = None,
+        audit: Audit | None = None,
     ) -> InterruptRecord | None:
         if audit is None:  # answered with the others of its group commit
-            rec = await self._answers.answer(thread_id, value, interrupt_id, handover)
+            rec = await self._answers.answer(thread_id, value, interrupt_id)
         else:
             rec = await self._w(self._audit(
-                lambda conn: answer_one(self._q, conn, thread_id, value, interrupt_id,
-                                        handover), audit, lambda r: r is not None))
-        if rec is not None and rec.run is None:
+                lambda conn: answer_one(self._q, conn, thread_id, value, interrupt_id), audit,
+                lambda r: r is not None))
+        if rec is not None:
             self.work_available.set()
         return rec
 

@@ -7,7 +7,6 @@ answer's row (None: the run had no pending interrupt to answer)."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import sqlite3
 import threading
@@ -17,13 +16,13 @@ from typing import Any, TypeVar, cast
 import orjson
 
 from ..errors import StoreError
-from .base import INTERRUPT_CALL, Handover, InterruptRecord, RunRecord
+from .base import INTERRUPT_CALL, InterruptRecord
 from .sqlite_io import store_error
 
 T = TypeVar("T")
 
-# (thread_id, value, interrupt_id, handover)
-_Answer = tuple[str, bytes, str | None, Handover | None]
+# (thread_id, value, interrupt_id)
+_Answer = tuple[str, bytes, str | None]
 # an answer's outcome: the interrupt answered, None (nothing to answer), or its error
 _Result = InterruptRecord | StoreError | None
 
@@ -63,9 +62,9 @@ class Answers:
         self._write = write
         self._open: tuple[_Batch, asyncio.Future[list[_Result]]] | None = None
 
-    async def answer(self, thread_id: str, value: bytes, interrupt_id: str | None,
-                     handover: Handover | None) -> InterruptRecord | None:
-        answer = (thread_id, value, interrupt_id, handover)
+    async def answer(self, thread_id: str, value: bytes,
+                     interrupt_id: str | None) -> InterruptRecord | None:
+        answer = (thread_id, value, interrupt_id)
         if self._open is not None:
             batch, fut = self._open
             i = batch.add(answer)
@@ -89,7 +88,7 @@ class Answers:
             return [answer_one(self._q, conn, *answers[0])]
         out: list[_Result] = [None] * len(answers)
         first: dict[str, int] = {}  # each run's first answer: answered together
-        for i, (thread_id, *_) in enumerate(answers):
+        for i, (thread_id, _, _) in enumerate(answers):
             first.setdefault(thread_id, i)
         alone: list[int] = list(range(len(answers)))
         try:
@@ -112,7 +111,7 @@ class Answers:
                   first: dict[str, int], out: list[_Result]) -> bool:
         """The first answer to each run, one statement per kind; False (nothing written) if
         some value is not UTF-8 text JSON can carry as a string."""
-        rows = [answers[i][:3] for i in first.values()]
+        rows = [[answers[i][0], answers[i][1], answers[i][2]] for i in first.values()]
         try:
             data = orjson.dumps(rows, default=_text)
         except TypeError:  # orjson.JSONEncodeError: a value that is not UTF-8
@@ -129,17 +128,14 @@ class Answers:
         conn.execute(q["journal_values"], (orjson.dumps(
             [[r.thread_id, r.step, r.idx, INTERRUPT_CALL, bytes(r.value or b"").decode()]
              for r in recs.values()]),))
-        woken = {row[0]: row for row in conn.execute(q["wake_waiting_set"], (orjson.dumps(
-            [_wake_row(thread_id, answers[first[thread_id]][3]) for thread_id in recs]),))}
+        conn.execute(q["wake_waiting_set"], (orjson.dumps(list(recs)),))
         for thread_id, i in first.items():
-            rec = recs.get(thread_id)
-            out[i] = rec if rec is None else _woken(rec, woken.get(thread_id))
+            out[i] = recs.get(thread_id)
         return True
 
 def answer_one(q: Mapping[str, str], conn: sqlite3.Connection, thread_id: str, value: bytes,
-               interrupt_id: str | None, handover: Handover | None) -> InterruptRecord | None:
-    """One answer: resolve the run's pending interrupt, journal the value, wake the run (or
-    lease it to the handover's worker)."""
+               interrupt_id: str | None) -> InterruptRecord | None:
+    """One answer: resolve the run's pending interrupt, journal the value, wake the run."""
     row = conn.execute(q["resolve_interrupt"],
                        {"thread_id": thread_id, "id": interrupt_id, "value": value}).fetchone()
     if row is None:
@@ -147,23 +143,8 @@ def answer_one(q: Mapping[str, str], conn: sqlite3.Connection, thread_id: str, v
     rec = InterruptRecord(*row)  # as resolved: RETURNING reads the updated row
     conn.execute(q["journal_value"], {"thread_id": thread_id, "step": rec.step, "idx": rec.idx,
                                       "name": INTERRUPT_CALL, "result": value})
-    h = handover
-    woken = conn.execute(q["wake_waiting"], {
-        "thread_id": thread_id, "worker": h and h.worker, "version": h and h.version,
-        "agents": h and orjson.dumps(h.agents), "ttl": h and h.ttl}).fetchone()
-    return _woken(rec, woken)
-
-
-def _wake_row(thread_id: str, h: Handover | None) -> list[Any]:
-    """wake_waiting_set's row for one run."""
-    return [thread_id, None, None, None, None] if h is None else \
-        [thread_id, h.worker, h.version, h.agents, h.ttl]
-
-
-def _woken(rec: InterruptRecord, row: Any) -> InterruptRecord:
-    """The answer's record, with the run if wake_waiting's `row` says it was leased."""
-    return dataclasses.replace(rec, run=RunRecord(*row[:-1])) \
-        if row is not None and row[-1] else rec
+    conn.execute(q["wake_waiting"], {"thread_id": thread_id})
+    return rec
 
 
 def _isolated(conn: sqlite3.Connection, step: Callable[[], T]) -> T:

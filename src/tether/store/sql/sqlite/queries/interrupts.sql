@@ -34,34 +34,19 @@ RETURNING {{interrupt_columns}};
 UPDATE interrupts SET status = 'cancelled', resolved_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE thread_id = :thread_id AND +status = 'pending';
 
--- fragment: woken(take, worker, ttl, now)
--- The SET of a run an answer wakes: queued for any worker of its version to claim, or, where
--- {{take}} (a Handover: a worker of the answering process), leased to {{worker}} for {{ttl}}
--- seconds as claim_runs leases a run (epoch and attempt bumped).
-status = CASE WHEN {{take}} THEN 'running' ELSE 'queued' END,
-    lease_owner = CASE WHEN {{take}} THEN {{worker}} END,
-    lease_expires_at = CASE WHEN {{take}} THEN {{now}} + {{ttl}} END,
-    epoch = epoch + ({{take}}), attempt = attempt + ({{take}}),
-    waiting_for = NULL, wake_at = NULL, updated_at = {{now}},
-    {{resting((CASE WHEN {{take}} THEN 'running' ELSE 'queued' END), {{now}})}}
-
 -- name: wake_waiting
--- A resumed run becomes claimable by any worker of its version, or (:worker given, and the
--- run of :version and one of :agents, a JSON array) is leased to that worker. Returns the
--- run and whether it was leased.
-UPDATE runs SET {{woken((:worker IS NOT NULL AND version = :version AND agent IN (SELECT value FROM json_each(:agents))), :worker, :ttl, (julianday('now') - 2440587.5) * 86400.0)}}
-WHERE thread_id = :thread_id AND status = 'waiting'
-RETURNING {{run_columns}}, lease_owner IS NOT NULL;
+-- A resumed run becomes claimable by any worker of its version.
+UPDATE runs SET status = 'queued', waiting_for = NULL, wake_at = NULL,
+                updated_at = (julianday('now') - 2440587.5) * 86400.0,
+                {{resting('queued', (julianday('now') - 2440587.5) * 86400.0)}}
+WHERE thread_id = :thread_id AND status = 'waiting';
 
 -- name: wake_waiting_set
--- wake_waiting for many runs: ?1 is a JSON array of [thread_id, worker, version, agents,
--- ttl] (worker null: queued). Returns each run and whether it was leased.
-UPDATE runs SET {{woken((h.worker IS NOT NULL AND runs.version = h.hversion AND runs.agent IN (SELECT value FROM json_each(h.agents))), h.worker, h.ttl, (julianday('now') - 2440587.5) * 86400.0)}}
-FROM (SELECT a.value ->> 0 AS tid, a.value ->> 1 AS worker, a.value ->> 2 AS hversion,
-             a.value -> 3 AS agents, a.value ->> 4 AS ttl
-      FROM json_each(?1) AS a) AS h
-WHERE runs.thread_id = h.tid AND runs.status = 'waiting'
-RETURNING {{run_columns}}, lease_owner IS NOT NULL;
+-- wake_waiting for many runs: ?1 is a JSON array of their thread_ids.
+UPDATE runs SET status = 'queued', waiting_for = NULL, wake_at = NULL,
+                updated_at = (julianday('now') - 2440587.5) * 86400.0,
+                {{resting('queued', (julianday('now') - 2440587.5) * 86400.0)}}
+WHERE thread_id IN (SELECT value FROM json_each(?1)) AND status = 'waiting';
 
 -- name: get_interrupt
 SELECT {{interrupt_columns}}
