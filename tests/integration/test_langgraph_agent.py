@@ -159,3 +159,33 @@ def test_several_pending_interrupts_need_a_map() -> None:
     assert _resume(snap, {"i1": 1, "i2": 2}) == {"i1": 1, "i2": 2}
     with pytest.raises(InvalidState, match="dict of interrupt id"):
         _resume(snap, "yes")
+
+
+async def test_a_first_step_cut_short_after_the_inputs_checkpoint_runs_the_rest(
+        db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An execution of the first step that stored LangGraph's input checkpoint (step -1) and
+    died before the next (a kill, a lost lease) left LangGraph's START still to run: the next
+    execution runs it, and the run's steps are the same as without the cut."""
+    put = TetherSaver.aput
+    cut: list[str] = []
+
+    async def aput(self: TetherSaver, config: RunnableConfig, checkpoint: Any, metadata: Any,
+                   new_versions: Any) -> RunnableConfig:
+        if metadata.get("step") == 0 and not cut:
+            cut.append(str(config["configurable"]["thread_id"]))
+            raise RuntimeError("cut short between the input's checkpoint and the next")
+        return await put(self, config, checkpoint, metadata, new_versions)
+
+    monkeypatch.setattr(TetherSaver, "aput", aput)
+    looped = agent("lg_loop", loop_graph())
+    rt = make_runtime(db_url, looped)
+    async with working(rt):
+        run = await rt.start(looped, {"messages": []})
+        done = await rt.wait(run.thread_id, timeout=WAIT)
+        cps = await rt.checkpoints(run.thread_id)
+    assert cut == [run.thread_id]
+    assert done.status == "completed"
+    assert done.state == {"messages": [f"m{i}" for i in range(1, STEPS + 1)]}
+    assert await history(db_url, run.thread_id) == list(range(STEPS, -2, -1))
+    assert [(c.node, c.next_node) for c in cps] == (
+        [("__start__", "step")] + [("step", "step")] * (STEPS - 1) + [("step", None)])

@@ -22,12 +22,14 @@ continues the graph with `Command(resume=value)`: `value` resumes the one pendin
 interrupt, or, with several, is a dict of interrupt id to value. `output(values)`, when
 given, is merged into the state as the run completes.
 
-Replays are safe: each execution first journals (ctx.call) the id of the LangGraph checkpoint it
-starts from. A re-execution that finds LangGraph past that checkpoint (the crashed execution's
-super-step was stored) does not run another; so a resume value reaches the interrupt it
-answers, once. A tether step named after nodes other than the ones LangGraph has next (the
-thread was changed from outside, `update_state`) runs nothing: it commits the values and
-names the nodes that do run next.
+Replays are safe: each execution first journals (ctx.call) the id of the LangGraph checkpoint
+it starts from. A re-execution that finds LangGraph past that checkpoint (the crashed
+execution's super-step was stored) does not run another; so a resume value reaches the
+interrupt it answers, once. The one exception is the input's checkpoint alone (the first
+execution died between it and the next): LangGraph's START has not run, so the re-execution
+runs it. A tether step named after nodes other than the ones LangGraph has next (the thread
+was changed from outside, `update_state`) runs nothing: it commits the values and names the
+nodes that do run next.
 """
 
 from __future__ import annotations
@@ -118,13 +120,19 @@ def agent(name: str, graph: Graph, *, output: Output | None = None,
         snap = await g.aget_state(config)
         here = _checkpoint_id(snap)
         started = await ctx.call(_checkpoint_started, here)
-        if started != here:  # a crashed execution of this step stored its super-step
-            return moved(state, snap)
-        if here is None:  # the run's input is the graph's: LangGraph's START, alone
+        # LangGraph's START not run yet: no thread, or only the input's checkpoint (an
+        # execution of the first step died between it and the next: its super-step is not
+        # stored, so the next execution runs it rather than name a step after it).
+        first = here is None or label(snap) == START
+        if started != here and not first:  # a crashed execution of this step stored its
+            return moved(state, snap)  # super-step
+        if first:  # the run's input is the graph's: LangGraph's START, alone
             if ctx.node not in (START, NODE):  # a fork: LangGraph has no thread for it yet
                 return goto(START)
-            await g.ainvoke(dict(state), config, interrupt_before="*", durability="sync")
+            await g.ainvoke(dict(state) if here is None else None, config,
+                            interrupt_before="*", durability="sync")
             return moved(state, await g.aget_state(config))
+        assert here is not None  # (first: no checkpoint yet)
         if snap.interrupts:
             value = ctx.interrupt({"interrupts": pending(snap)})
             todo: Any = LGCommand(resume=_resume(snap, value))
