@@ -11,6 +11,7 @@ import hashlib
 import orjson
 import psycopg
 
+from tether.store import pg_commit
 from tether.store.base import JournalRecord, Lease, NewRun
 from tether.store.postgres import PostgresStore
 
@@ -114,5 +115,42 @@ async def test_queued_and_leased_starts_commit_together_and_queued_ones_are_anno
             claimed = await store.claim_runs("w2", version, ["a"], 100, 60.0)
             assert sorted(r.thread_id for r in claimed) == sorted(
                 n.thread_id for n in queued if n.version == version)
+    finally:
+        await store.close()
+
+
+class _Commits:
+    """A CommitObserver: the writes of each group commit."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def committed(self, writes: int, seconds: float) -> None:
+        self.sizes.append(writes)
+
+
+async def test_a_burst_is_split_between_the_two_writers(pg_url: str) -> None:
+    """A burst that two idle writers find queued goes as two group commits of half of it
+    each, at the server together, not as one."""
+    store = PostgresStore(pg_url)
+    await store.open()
+    commits = _Commits()
+    store.observe_commits(commits)
+    committer = store._committer
+    try:
+        n = 4 * pg_commit.SPLIT_MIN
+        # The burst queues while both writers are taken (as behind two commits in flight),
+        # then both are free at once: the first committer to run finds the other idle.
+        for writer in committer.writers:
+            writer.busy = True
+        made = [asyncio.create_task(store.create_run(_new(f"b{i}"))) for i in range(n)]
+        await asyncio.sleep(0.1)
+        assert not any(t.done() for t in made)
+        for writer in committer.writers:
+            writer.busy = False
+        committer._wake.set()
+        assert all(created for _, created in await asyncio.gather(*made))
+        assert sorted(commits.sizes) == [n // 2, n // 2], commits.sizes
+        assert len(await store.list_runs(limit=n + 1)) == n
     finally:
         await store.close()

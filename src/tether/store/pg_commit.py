@@ -45,6 +45,10 @@ from .pg_conn import (
 
 log = logging.getLogger("tether.store.postgres")
 
+SPLIT_MIN: Final = 100
+"""A committer that finds at least twice this many writes queued while another writer is idle
+takes half of them and leaves that writer the rest: a burst's two group commits run at once,
+on two of the server's cores, where one writer would take it all to one."""
 WRITERS: Final = 2  # writer connections: a group commit is sent while another is at the server
 # (query, params, thread_id, future of the statement's first row: None = the fence failed)
 _Job = tuple[bytes, Params, str, "asyncio.Future[TupleRow | None]"]
@@ -181,7 +185,11 @@ class GroupCommitter:
             while True:
                 await wake.wait()
                 while queue and not writer.busy:
-                    batch = [queue.popleft() for _ in range(min(len(queue), MAX_BATCH))]
+                    n = min(len(queue), MAX_BATCH)
+                    if n >= 2 * SPLIT_MIN and any(not w.busy for w in self.writers
+                                                  if w is not writer):
+                        n //= 2  # the other half: to the idle writer, at once
+                    batch = [queue.popleft() for _ in range(n)]
                     writer.busy = True
                     observer = self.observer
                     t0 = time.perf_counter() if observer is not None else 0.0
