@@ -124,15 +124,15 @@ def agent(name: str, graph: Graph, *, output: Output | None = None,
         # execution of the first step died between it and the next: its super-step is not
         # stored, so the next execution runs it rather than name a step after it).
         first = here is None or label(snap) == START
-        if started != here and not first:  # a crashed execution of this step stored its
-            return moved(state, snap)  # super-step
+        if started != here and not first:
+            return moved(state, snap)  # a crashed execution of this step stored its super-step
         if first:  # the run's input is the graph's: LangGraph's START, alone
             if ctx.node not in (START, NODE):  # a fork: LangGraph has no thread for it yet
                 return goto(START)
             await g.ainvoke(dict(state) if here is None else None, config,
                             interrupt_before="*", durability="sync")
             return moved(state, await g.aget_state(config))
-        assert here is not None  # (first: no checkpoint yet)
+        assert here is not None  # (a thread without a checkpoint is `first`)
         if snap.interrupts:
             value = ctx.interrupt({"interrupts": pending(snap)})
             todo: Any = LGCommand(resume=_resume(snap, value))
