@@ -75,6 +75,33 @@ def test_interrupt_survives_a_killed_worker_and_is_delivered_once(procs: Procs) 
         assert c.get("/interrupts").json()["interrupts"] == []
 
 
+def test_an_answered_run_survives_a_kill_mid_step_and_is_answered_once(procs: Procs) -> None:
+    """`tether serve --worker`: the answered run is taken by the embedded worker, which is
+    killed while the step holds the answer (the step never commits). Another worker takes
+    the run over once the lease expires; it finishes with the same answer, and the
+    interrupt stays answered once (a late answer conflicts)."""
+    server = procs.serve("--lease-ttl", str(LEASE_TTL), worker=True)
+    with server.client() as c:
+        tid = c.post("/runs", json={"agent": "approval",
+                                    "input": {"item": 1, "hold": 120}}).json()["thread_id"]
+        wait_status(c, tid, "waiting")
+        r = c.post(f"/runs/{tid}/resume", json={"value": {"n": 1}})
+        assert r.status_code == 200, r.text
+        wait_until(lambda: deliveries(procs), 30, "the step to hold the answer")
+        assert c.get(f"/runs/{tid}").json()["status"] == "running"
+        server.kill()  # SIGKILL mid-step: the step never commits
+    procs.worker()  # B: takes the run over when the dead process's lease expires
+    with procs.serve().client() as c:
+        run = wait_status(c, tid, "completed")
+        assert run["state"]["answer"] == {"n": 1}
+        answers = c.get("/interrupts", params={"thread_id": tid, "status": "resolved"}).json()
+        assert [i["value"] for i in answers["interrupts"]] == [{"n": 1}]
+        r = c.post(f"/runs/{tid}/resume", json={"value": "late"})
+        assert r.status_code == 409, r.text
+    # The step ran twice (killed, then taken over), each time with the one answer.
+    assert deliveries(procs) == [f'{tid} {{"n":1}}'] * 2
+
+
 async def test_concurrent_resumes_exactly_one_wins(procs: Procs) -> None:
     server = procs.serve()
     procs.worker()

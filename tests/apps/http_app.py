@@ -30,6 +30,14 @@ def record(thread_id: str, value: Any) -> None:
         os.fsync(f.fileno())
 
 
+def recorded(thread_id: str) -> bool:
+    """Whether HTTP_APP_LOG has a line of this run's."""
+    if not LOG or not os.path.exists(LOG):
+        return False
+    with open(LOG) as f:
+        return any(line.split(" ", 1)[0] == thread_id for line in f)
+
+
 echo = tether.Agent("echo")
 
 
@@ -51,7 +59,10 @@ approval = tether.Agent("approval")
 @approval.node(start=True)
 async def ask(state: dict[str, Any], ctx: tether.Context) -> tether.Command:
     answer = ctx.interrupt({"question": f"approve {state.get('item')}?"})
+    first = not recorded(ctx.thread_id)
     record(ctx.thread_id, answer)
+    if first:  # `hold`: seconds the first run of the step holds the answer (a test kills it)
+        await asyncio.sleep(float(state.get("hold", 0)))
     return tether.finish({"answer": answer})
 
 
