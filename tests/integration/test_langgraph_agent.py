@@ -65,7 +65,9 @@ async def history(db_url: str, thread_id: str) -> list[int]:
         return [t.metadata["step"] async for t in saver.alist(config)]
 
 
-async def test_one_superstep_per_tether_step(db_url: str) -> None:
+async def looped_run(db_url: str) -> str:
+    """A run of the loop graph, started and finished; checks it took one tether step per
+    super-step, each once. Its thread_id."""
     looped = agent("lg_loop", loop_graph())
     rt = make_runtime(db_url, looped)
     async with working(rt):
@@ -82,6 +84,11 @@ async def test_one_superstep_per_tether_step(db_url: str) -> None:
         [("__start__", "step")] + [("step", "step")] * (STEPS - 1) + [("step", None)])
     assert [c.state for c in cps] == [{"messages": [f"m{i}" for i in range(1, n + 1)]}
                                       for n in range(STEPS + 1)]
+    return run.thread_id
+
+
+async def test_one_superstep_per_tether_step(db_url: str) -> None:
+    await looped_run(db_url)
 
 
 async def test_langgraph_interrupt_is_a_tether_interrupt(db_url: str) -> None:
@@ -177,15 +184,4 @@ async def test_a_first_step_cut_short_after_the_inputs_checkpoint_runs_the_rest(
         return await put(self, config, checkpoint, metadata, new_versions)
 
     monkeypatch.setattr(TetherSaver, "aput", aput)
-    looped = agent("lg_loop", loop_graph())
-    rt = make_runtime(db_url, looped)
-    async with working(rt):
-        run = await rt.start(looped, {"messages": []})
-        done = await rt.wait(run.thread_id, timeout=WAIT)
-        cps = await rt.checkpoints(run.thread_id)
-    assert cut == [run.thread_id]
-    assert done.status == "completed"
-    assert done.state == {"messages": [f"m{i}" for i in range(1, STEPS + 1)]}
-    assert await history(db_url, run.thread_id) == list(range(STEPS, -2, -1))
-    assert [(c.node, c.next_node) for c in cps] == (
-        [("__start__", "step")] + [("step", "step")] * (STEPS - 1) + [("step", None)])
+    assert cut == [await looped_run(db_url)]
