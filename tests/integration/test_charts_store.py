@@ -62,8 +62,9 @@ async def test_the_last_hour_and_the_edges_are_what_the_runs_did(db_url: str) ->
         assert all(s.p50 is not None and s.p50 >= 0 for s in w.step_latency.values())
         day = await charts.window(query, await store.now(), "day")
         assert (day.runs_total, day.steps_total) == (RUNS + 1, 2 * RUNS)
-        runs, steps = await charts.throughput(query, await store.now())
+        (runs, runs_est), (steps, steps_est) = await charts.throughput(query, await store.now())
         assert (sum(runs), sum(steps)) == (RUNS + 1, 2 * RUNS)
+        assert not (runs_est or steps_est or w.runs_estimated or w.steps_estimated)
         e = await charts.edges(query, charts.id_list(store, ids))
         assert e.counts == {("first", "second"): RUNS, ("second", None): RUNS} and not e.cut
         assert (await charts.edges(query, charts.id_list(store, ids[:1]), limit=1)).cut
@@ -74,7 +75,35 @@ async def test_the_last_hour_and_the_edges_are_what_the_runs_did(db_url: str) ->
         await rt.close()
 
 
-PARAMS = {"since": 0.0, "width": 60.0, "limit": 10, "thread_id": "r1"}
+async def test_a_busy_minute_is_estimated_within_its_read_budget(db_url: str) -> None:
+    """6,000 steps spread evenly over one minute: more than the slices' caps, so the count is
+    an estimate, marked so and close (the rows are even); a quiet minute stays exact."""
+    rt = inprocess.make_runtime(db_url, *agents())
+    await rt.open()
+    try:
+        now = await rt.store.now()
+        busy = (now // 60 - 2) * 60  # two minutes back: a complete bucket
+        rows = [(f"r{i}", 1, busy + i * 0.01) for i in range(6000)]
+        rows += [(f"q{i}", 1, busy - 60 + i) for i in range(7)]  # the minute before: 7 steps
+        sql = ("INSERT INTO checkpoints (thread_id, step, node, next_node, kind, data, worker, "
+               "attempt, started_at, finished_at) VALUES ({0}, {0}, 'n', NULL, 's', '{{}}', "
+               "'w', 1, {0}, {0})")
+        if db_url.startswith("sqlite"):
+            with closing(sqlite3.connect(db_url.removeprefix("sqlite:///"))) as db, db:
+                db.executemany(sql.format("?"), [(t, s, f, f) for t, s, f in rows])
+        else:
+            with psycopg.connect(db_url, autocommit=True) as pg, pg.cursor() as cur:
+                cur.executemany(sql.format("%s").encode(), [(t, s, f, f) for t, s, f in rows])
+        w = await charts.window(charts.reader(rt.store), now, "hour")
+        b = int(busy // 60) - int(w.since // 60)
+        assert w.steps_estimated and w.steps[b - 1] == 7
+        assert 5400 <= w.steps[b] <= 6600, w.steps[b]
+    finally:
+        await rt.close()
+
+
+PARAMS = {"since": 0.0, "width": 60.0, "limit": 10, "thread_id": "r1", "slice": 5.0, "n": 12,
+          "cap": 100}
 NAMES = [n for n in queries("sqlite") if n.startswith(("charts_", "agent_"))]
 
 

@@ -42,12 +42,24 @@ def fake(rows: Mapping[str, list[tuple[Any, ...]]]) -> tuple[charts.Query, list[
     async def query(name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         asked.append((name, params["since"]))
         if name.endswith("_finished"):
-            assert params["width"] == 60
-            return [r for r in rows.get(name, []) if r[0] * 60 >= params["since"]]
+            return slices(rows.get(name, []), params, 60)
         assert params["limit"] == 3 and params["since"] == (M - 59) * 60
         return rows.get(name, [])
 
     return query, asked
+
+
+def slices(buckets: list[tuple[int, int]], params: Mapping[str, Any], width: float
+           ) -> list[tuple[int, int, float]]:
+    """A store's slice rows for (bucket, count) pairs: each bucket's rows all in its first
+    slice, finished a second into it (the query counts up to its cap)."""
+    assert params["slice"] == width / charts.SLICES and params["cap"] >= charts.MIN_CAP
+    out = []
+    for b, c in buckets:
+        k = round((b * width - params["since"]) / params["slice"])
+        if 0 <= k < params["n"]:
+            out.append((k, min(c, params["cap"]), b * width + 1.0))
+    return out
 
 
 async def test_a_window_adds_up_its_rows() -> None:
@@ -80,24 +92,52 @@ async def test_complete_buckets_are_counted_once() -> None:
     rows = {"charts_runs_finished": [(M - 59, 2), (M - 1, 3), (M, 1)]}
     query, asked = fake(rows)
     buckets = charts.Buckets()
-    first = await charts.throughput(query, NOW + 45, buckets)
-    assert sum(first[0]) == 6
+    (first, estimated), _ = await charts.throughput(query, NOW + 45, buckets)
+    assert sum(first) == 6 and not estimated
     assert asked[0] == ("charts_runs_finished", (M - 59) * 60)  # the whole hour, once
     asked.clear()
     rows["charts_runs_finished"] = [(M - 59, 99), (M - 1, 99), (M, 4)]  # only M may change
-    again = await charts.throughput(query, NOW + 50, buckets)
-    assert again[0][0] == 2 and again[0][58] == 3 and again[0][59] == 4
+    (again, _), _ = await charts.throughput(query, NOW + 50, buckets)
+    assert again[0] == 2 and again[58] == 3 and again[59] == 4
     # Minute M - 1 ended 50 s ago, past GRACE: remembered; only minute M was read again.
     assert asked[0] == ("charts_runs_finished", M * 60)
     asked.clear()
-    later = await charts.throughput(query, NOW + 60 * 60 + 45, buckets)  # an hour on
+    (later, _), _ = await charts.throughput(query, NOW + 60 * 60 + 45, buckets)  # an hour on
     assert asked[0] == ("charts_runs_finished", (M + 1) * 60)  # M left the window
-    assert sum(later[0]) == 0
+    assert sum(later) == 0
+
+
+def test_a_full_slice_is_estimated_from_the_time_its_rows_took() -> None:
+    assert charts.estimate(7, 50, 100.4, 100.0, 5.0) == (7, False)  # below the cap: exact
+    assert charts.estimate(50, 50, 100.5, 100.0, 5.0) == (500, True)  # 50 in 0.5 s of 5 s
+    assert charts.estimate(50, 50, 104.9, 100.0, 5.0) == (51, True)
+    assert charts.estimate(50, 50, 100.0, 100.0, 5.0) == (250_000, True)  # 1 ms at least
+    assert charts.estimate(50, 50, 110.0, 100.0, 5.0) == (50, True)  # never below the cap
+
+
+async def test_a_busy_bucket_is_read_capped_and_marked_estimated() -> None:
+    seen: list[Mapping[str, Any]] = []
+
+    async def query(name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        if not name.endswith("_finished"):
+            return []
+        seen.append(params)
+        cap, part, since = params["cap"], params["slice"], params["since"]
+        lo = M * 60 - since  # minute M's offset: each of its 12 slices full, 2 s for cap rows
+        return [(round((lo + i * part) / part), cap, since + lo + i * part + 2.0)
+                for i in range(charts.SLICES)] if name == "charts_steps_finished" else []
+
+    w = await charts.window(query, NOW + 30, "hour")
+    cap = seen[0]["cap"]
+    assert seen[0]["n"] == 60 * charts.SLICES and cap * seen[0]["n"] <= charts.BUDGET
+    assert w.steps_estimated and not w.runs_estimated
+    assert w.steps[59] == round(cap * 5 / 2.0) * charts.SLICES and sum(w.steps[:59]) == 0
 
 
 async def test_the_day_has_quarter_hour_bars() -> None:
     async def query(name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        return [(int(NOW // 900), 3)] if name == "charts_runs_finished" else []
+        return (slices([(int(NOW // 900), 3)], params, 900) if name == "charts_runs_finished"
+                else [])
 
     w = await charts.window(query, NOW + 450, "day")
     assert len(w.runs) == 96 and w.width == 900 and w.runs[95] == 3

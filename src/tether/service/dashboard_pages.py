@@ -49,11 +49,16 @@ class PageViews(Views):
     async def overview(self) -> dict[str, Any]:
         data = await super().overview()
         store, query = await self._query()
-        runs, steps = await charts.throughput(query, await store.now(), self._buckets)
+        (runs, runs_est), (steps, steps_est) = await charts.throughput(
+            query, await store.now(), self._buckets)
+        about = {True: "about ", False: ""}
         data["spark"] = {
-            "runs": sparkline(runs, label=f"runs finished per minute, last hour: {sum(runs)}"),
-            "steps": sparkline(steps, label=f"steps per minute, last hour: {sum(steps)}"),
-            "runs_total": sum(runs), "steps_total": sum(steps)}
+            "runs": sparkline(runs, label=f"runs finished per minute, last hour: "
+                                          f"{about[runs_est]}{sum(runs)}"),
+            "steps": sparkline(steps, label=f"steps per minute, last hour: "
+                                            f"{about[steps_est]}{sum(steps)}"),
+            "runs_total": sum(runs), "steps_total": sum(steps),
+            "runs_estimated": runs_est, "steps_estimated": steps_est}
         return data
 
     async def metrics(self) -> dict[str, Any]:

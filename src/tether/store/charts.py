@@ -1,14 +1,16 @@
 """What the dashboard's charts (/ui/metrics) and agent pages (/ui/agents/{name}) read of a
 store, assembled once for both dialects from the named queries of queries/charts.sql.
 
-Every query is bounded whatever the store holds: the counts per bucket are time ranges of an
-index (runs_finished, checkpoints_finished), the latency, queue-wait and failure figures are
-taken over the newest SAMPLE rows of the window (the page says so when a sample was full), and
-an agent's edges over the checkpoints of its newest runs (at most EDGE_ROWS of them).
+Every query is bounded whatever the store holds: the counts per bucket are capped time ranges
+of an index (runs_finished, checkpoints_finished; a busier range is estimated: Buckets), the
+latency, queue-wait and failure figures are taken over the newest SAMPLE rows of the window
+(the page says so when a sample was full), and an agent's edges over the checkpoints of its
+newest runs (at most EDGE_ROWS of them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -100,6 +102,8 @@ class Window:
     queue_full: bool = False
     failed_full: bool = False
     statuses: dict[str, int] = field(default_factory=dict)
+    runs_estimated: bool = False
+    steps_estimated: bool = False
 
     @property
     def agents(self) -> list[str]:
@@ -125,28 +129,62 @@ class Buckets:
     (it ended GRACE seconds ago): a window's next read counts only from its first bucket not
     remembered, so the day's 96 bars cost one quarter hour's range, not a day's. One per
     dashboard; a bucket pruned (tether prune) after it was counted keeps its count until it
-    leaves the window."""
+    leaves the window.
+
+    A read is bounded however busy the window was: each bucket is read as SLICES slices, each
+    counted up to a cap (BUDGET shared by the slices read); a slice that reaches it is
+    estimated from the time its first rows took (`estimate`), and its bucket marked so."""
 
     def __init__(self) -> None:
-        self._known: dict[tuple[str, float], dict[int, int]] = {}
+        self._known: dict[tuple[str, float], dict[int, tuple[int, bool]]] = {}
 
     async def counts(self, query: Query, name: str, width: float, first: int, last: int,
-                     now: float) -> list[int]:
-        """The counts of query `name` in buckets first..last (bucket k: [k, k+1) * width)."""
+                     now: float) -> tuple[list[int], bool]:
+        """The counts of query `name` in buckets first..last (bucket k: [k, k+1) * width), and
+        whether any of them is an estimate."""
         known = self._known.setdefault((name, width), {})
         for k in [k for k in known if k < first]:
             del known[k]
         start = first
         while start in known and start <= last:
             start += 1
-        got: dict[int, int] = {}
+        got: dict[int, tuple[int, bool]] = {}
         if start <= last:
-            for b, c in await query(name, {"since": start * width, "width": width}):
-                got[int(b)] = got.get(int(b), 0) + int(c)
+            n = (last - start + 1) * SLICES
+            cap = max(MIN_CAP, BUDGET // n)
+            part = width / SLICES
+            since = start * width
+            for k, c, end in await query(name, {"since": since, "slice": part, "n": n,
+                                                 "cap": cap}):
+                b = start + int(k) // SLICES
+                count, guessed = estimate(int(c), cap, end, since + int(k) * part, part)
+                had, was = got.get(b, (0, False))
+                got[b] = (had + count, was or guessed)
         complete = math.floor((now - GRACE) / width)  # buckets below it are complete
         for k in range(start, min(last + 1, complete)):
-            known[k] = got.get(k, 0)
-        return [known[k] if k < start else got.get(k, 0) for k in range(first, last + 1)]
+            known[k] = got.get(k, (0, False))
+        both = [known[k] if k < start else got.get(k, (0, False)) for k in range(first, last + 1)]
+        return [c for c, _ in both], any(e for _, e in both)
+
+
+SLICES = 12
+"""Slices a bucket is read in (5 s of a minute's bar, 75 s of a quarter hour's)."""
+BUDGET = 240_000
+"""Index entries one read of a chart's counts may walk in all: a whole hour of 60 buckets
+unread is 720 slices of up to 333 rows each, the one bucket under way 12 of up to 20,000."""
+MIN_CAP = 50
+"""The cap of a slice however many are read."""
+
+
+def estimate(count: int, cap: int, last: float | None, lo: float, part: float
+             ) -> tuple[int, bool]:
+    """A slice's count: `count` itself below `cap` (exact); a full slice, whose `cap`-th row
+    finished at `last`, as `cap` rows per the time they took from the slice's start `lo`
+    (at least a millisecond), over the whole slice of `part` seconds: (count, estimated)."""
+    if count < cap or last is None:
+        return count, False
+    took = max(float(last) - lo, 0.001)
+    return max(cap, round(cap * part / took)), True
 
 
 GRACE = 30.0
@@ -205,8 +243,10 @@ async def windows(query: Query, now: float, names: Sequence[str] = tuple(WINDOWS
         rows = {q: prev[q] if len(prev.get(q, ())) >= sample else
                 await query(q, {"since": since, "limit": sample}) for q in SAMPLES}
         prev = rows
-        out.append(_window(name, since, now, width, runs, steps, rows,
-                           [r for r in failed if float(r[2]) >= since], sample, failed_full))
+        out.append(dataclasses.replace(
+            _window(name, since, now, width, runs[0], steps[0], rows,
+                    [r for r in failed if float(r[2]) >= since], sample, failed_full),
+            runs_estimated=runs[1], steps_estimated=steps[1]))
     return out
 
 
@@ -246,8 +286,9 @@ def _window(name: str, since: float, now: float, width: float, runs: list[int],
 
 
 async def throughput(query: Query, now: float, buckets: Buckets | None = None
-                     ) -> tuple[list[int], list[int]]:
-    """Runs and steps finished per minute over the last hour (the overview's sparkline)."""
+                     ) -> tuple[tuple[list[int], bool], tuple[list[int], bool]]:
+    """Runs and steps finished per minute over the last hour (the overview's sparkline),
+    each with whether it holds an estimate (see Buckets)."""
     width, first, last = _span(now, "hour")
     b = buckets or Buckets()
     return (await b.counts(query, "charts_runs_finished", width, first, last, now),

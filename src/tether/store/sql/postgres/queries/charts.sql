@@ -1,17 +1,31 @@
 -- Postgres: what the dashboard's charts (/ui/metrics) and agent pages (/ui/agents/{name}) read.
 -- Reads only, each bounded: a time range of an index (runs_finished, checkpoints_finished,
--- runs_created), a LIMIT, or both. %(since)s is the window's start, %(width)s a bucket's seconds:
--- bucket k holds [k, k + 1) * %(width)s (the dashboard remembers the complete ones).
+-- runs_created), a LIMIT, or both. %(since)s is the window's start; the counts per bucket are
+-- read as slices of it (charts.py: Buckets; the dashboard remembers the complete buckets).
+
+-- fragment: slices(source, cond)
+-- Per slice k of %(n)s, [since + k * slice, since + (k + 1) * slice): how many rows of `source`
+-- finished in it, counted up to %(cap)s, and when the last of those finished (so a full slice
+-- can be estimated from the time its first %(cap)s rows took: charts.py). One index range of
+-- at most %(cap)s entries per slice, so a read is bounded by n * cap however busy the window
+-- was; slices with no row are left out.
+SELECT s.k, x.n, x.last
+FROM generate_series(0, %(n)s::int - 1) AS s(k),
+     LATERAL (SELECT count(*) AS n, max(y.f) AS last
+              FROM (SELECT finished_at AS f FROM {{source}}
+                    WHERE finished_at >= %(since)s::float8 + s.k * %(slice)s::float8
+                      AND finished_at < %(since)s::float8 + (s.k + 1) * %(slice)s::float8
+                      {{cond}}
+                    ORDER BY finished_at LIMIT %(cap)s) AS y) AS x
+WHERE x.n > 0
 
 -- name: charts_runs_finished
--- Runs finished (completed, failed or cancelled) per bucket: runs_finished alone.
-SELECT floor(finished_at / %(width)s)::bigint AS b, count(*) FROM runs
-WHERE finished_at >= %(since)s AND finished_at IS NOT NULL GROUP BY b;
+-- Runs finished (completed, failed or cancelled) per slice (see slices): runs_finished alone.
+{{slices(runs, AND finished_at IS NOT NULL)}};
 
 -- name: charts_steps_finished
--- Steps committed per bucket: checkpoints_finished alone.
-SELECT floor(finished_at / %(width)s)::bigint AS b, count(*) FROM checkpoints
-WHERE finished_at >= %(since)s GROUP BY b;
+-- Steps committed per slice (see slices): checkpoints_finished alone.
+{{slices(checkpoints, )}};
 
 -- name: charts_step_sample
 -- The newest %(limit)s steps of the window, with their run's agent: seconds from start to commit.

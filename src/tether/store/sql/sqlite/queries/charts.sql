@@ -1,17 +1,37 @@
 -- SQLite: what the dashboard's charts (/ui/metrics) and agent pages (/ui/agents/{name}) read.
 -- Reads only, each bounded: a time range of an index (runs_finished, checkpoints_finished,
--- runs_created), a LIMIT, or both. :since is the window's start, :width a bucket's seconds:
--- bucket k holds [k, k + 1) * :width (the dashboard remembers the complete ones).
+-- runs_created), a LIMIT, or both. :since is the window's start; the counts per bucket are read
+-- as slices of it (charts.py: Buckets; the dashboard remembers the complete buckets).
+
+-- fragment: slices(source, cond)
+-- Per slice k of :n, [since + k * slice, since + (k + 1) * slice): how many rows of `source`
+-- finished in it, counted up to :cap, and when the last of those finished (so a full slice
+-- can be estimated from the time its first :cap rows took: charts.py). One index range of at
+-- most :cap entries per slice (twice), so a read is bounded by n * cap however busy the
+-- window was; slices with no row are left out.
+WITH RECURSIVE s(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM s WHERE k + 1 < :n)
+SELECT k, n, last FROM (
+    SELECT s.k,
+           (SELECT count(*) FROM (SELECT 1 FROM {{source}}
+                                  WHERE finished_at >= :since + s.k * :slice
+                                    AND finished_at < :since + (s.k + 1) * :slice
+                                    {{cond}}
+                                  LIMIT :cap)) AS n,
+           (SELECT max(f) FROM (SELECT finished_at AS f FROM {{source}}
+                                WHERE finished_at >= :since + s.k * :slice
+                                  AND finished_at < :since + (s.k + 1) * :slice
+                                  {{cond}}
+                                ORDER BY finished_at LIMIT :cap)) AS last
+    FROM s)
+WHERE n > 0
 
 -- name: charts_runs_finished
--- Runs finished (completed, failed or cancelled) per bucket: runs_finished alone.
-SELECT CAST(finished_at / :width AS INTEGER) AS b, count(*) FROM runs
-WHERE finished_at >= :since AND finished_at IS NOT NULL GROUP BY b;
+-- Runs finished (completed, failed or cancelled) per slice (see slices): runs_finished alone.
+{{slices(runs, AND finished_at IS NOT NULL)}};
 
 -- name: charts_steps_finished
--- Steps committed per bucket: checkpoints_finished alone.
-SELECT CAST(finished_at / :width AS INTEGER) AS b, count(*) FROM checkpoints
-WHERE finished_at >= :since GROUP BY b;
+-- Steps committed per slice (see slices): checkpoints_finished alone.
+{{slices(checkpoints, )}};
 
 -- name: charts_step_sample
 -- The newest :limit steps of the window, with their run's agent: seconds from start to commit.
