@@ -5,24 +5,28 @@
 
 -- fragment: slices(source, cond)
 -- Per slice k of :n, [since + k * slice, since + (k + 1) * slice): how many rows of `source`
--- finished in it, counted up to :cap, and when the last of those finished (so a full slice
--- can be estimated from the time its first :cap rows took: charts.py). One index range of at
--- most :cap entries per slice (twice), so a read is bounded by n * cap however busy the
--- window was; slices with no row are left out.
-WITH RECURSIVE s(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM s WHERE k + 1 < :n)
+-- finished in it, counted up to :cap, and when the :cap-th of them finished (NULL when there
+-- are fewer: then the count is exact), so a full slice can be estimated from the time its
+-- first :cap rows took (charts.py). Each slice reads at most :cap entries of one index range
+-- (skipped to the :cap-th; counted only when there are fewer), so a read is bounded by
+-- n * cap however busy the window was; slices with no row are left out.
+WITH RECURSIVE s(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM s WHERE k + 1 < :n),
+f AS MATERIALIZED (
+    SELECT s.k, :since + s.k * :slice AS lo, :since + (s.k + 1) * :slice AS hi,
+           (SELECT finished_at FROM {{source}}
+            WHERE finished_at >= :since + s.k * :slice
+              AND finished_at < :since + (s.k + 1) * :slice
+              {{cond}}
+            ORDER BY finished_at LIMIT 1 OFFSET :cap - 1) AS last
+    FROM s
+)
 SELECT k, n, last FROM (
-    SELECT s.k,
-           (SELECT count(*) FROM (SELECT 1 FROM {{source}}
-                                  WHERE finished_at >= :since + s.k * :slice
-                                    AND finished_at < :since + (s.k + 1) * :slice
-                                    {{cond}}
-                                  LIMIT :cap)) AS n,
-           (SELECT max(f) FROM (SELECT finished_at AS f FROM {{source}}
-                                WHERE finished_at >= :since + s.k * :slice
-                                  AND finished_at < :since + (s.k + 1) * :slice
-                                  {{cond}}
-                                ORDER BY finished_at LIMIT :cap)) AS last
-    FROM s)
+    SELECT f.k, f.last,
+           CASE WHEN f.last IS NOT NULL THEN :cap
+                ELSE (SELECT count(*) FROM {{source}}
+                      WHERE finished_at >= f.lo AND finished_at < f.hi
+                        {{cond}}) END AS n
+    FROM f)
 WHERE n > 0
 
 -- name: charts_runs_finished
