@@ -268,20 +268,18 @@ async def pages(url: str, n: int) -> dict[str, tuple[float, float]]:
     return out
 
 
-async def _autovacuum(url: str) -> bool:
-    """Whether the Postgres server runs autovacuum."""
+async def _vacuum_unless_autovacuum(url: str) -> float | None:
+    """On a Postgres server without autovacuum, VACUUM (ANALYZE) the tables the phases churn:
+    its seconds (None: autovacuum is on, nothing done)."""
     import psycopg
 
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         row = await (await conn.execute(b"SHOW autovacuum")).fetchone()
-    return row is not None and row[0] == "on"
-
-
-async def _vacuum(url: str) -> None:
-    import psycopg
-
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        if row is not None and row[0] == "on":
+            return None
+        began = time.perf_counter()
         await conn.execute(b"VACUUM (ANALYZE) runs, checkpoints, mailbox")
+        return time.perf_counter() - began
 
 
 async def db_bytes(url: str) -> int:
@@ -345,12 +343,9 @@ async def main(argv: list[str] | None = None) -> None:
         # left (a run's old versions in runs_open's queued and running ranges), and the pages
         # walk them; a production server's autovacuum removes them within a minute or so.
         vacuumed: dict[str, tuple[float, float]] = {}
-        vacuum_s = status2_s = math.nan
-        if args.backend == "postgres" and not await _autovacuum(url):
-            console.print("VACUUM (ANALYZE), as autovacuum would (it is off on this server)")
-            began = time.perf_counter()
-            await _vacuum(url)
-            vacuum_s = time.perf_counter() - began
+        vacuum_s = None if args.backend != "postgres" else await _vacuum_unless_autovacuum(url)
+        status2_s = math.nan
+        if vacuum_s is not None:
             status2_s = _timed(_tether("deploy", "status", "--db", url), url)
             vacuumed = await pages(url, args.actors)
 

@@ -51,12 +51,11 @@ class PageViews(Views):
         store, query = await self._query()
         (runs, runs_est), (steps, steps_est) = await charts.throughput(
             query, await store.now(), self._buckets)
-        about = {True: "about ", False: ""}
         data["spark"] = {
             "runs": sparkline(runs, label=f"runs finished per minute, last hour: "
-                                          f"{about[runs_est]}{sum(runs)}"),
+                                          f"{'about ' if runs_est else ''}{sum(runs)}"),
             "steps": sparkline(steps, label=f"steps per minute, last hour: "
-                                            f"{about[steps_est]}{sum(steps)}"),
+                                            f"{'about ' if steps_est else ''}{sum(steps)}"),
             "runs_total": sum(runs), "steps_total": sum(steps),
             "runs_estimated": runs_est, "steps_estimated": steps_est}
         return data

@@ -10,7 +10,6 @@ newest runs (at most EDGE_ROWS of them).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,8 @@ from typing import Any
 import orjson
 
 Query = Callable[[str, Mapping[str, Any]], Awaitable[list[tuple[Any, ...]]]]
+Counted = tuple[list[int], bool]
+"""Counts per bucket, and whether any of them is an estimate (Buckets.counts)."""
 
 SAMPLE = 1000
 """Steps, runs and failed runs read for the percentiles and the failure categories."""
@@ -139,7 +140,7 @@ class Buckets:
         self._known: dict[tuple[str, float], dict[int, tuple[int, bool]]] = {}
 
     async def counts(self, query: Query, name: str, width: float, first: int, last: int,
-                     now: float) -> tuple[list[int], bool]:
+                     now: float) -> Counted:
         """The counts of query `name` in buckets first..last (bucket k: [k, k+1) * width), and
         whether any of them is an estimate."""
         known = self._known.setdefault((name, width), {})
@@ -243,10 +244,8 @@ async def windows(query: Query, now: float, names: Sequence[str] = tuple(WINDOWS
         rows = {q: prev[q] if len(prev.get(q, ())) >= sample else
                 await query(q, {"since": since, "limit": sample}) for q in SAMPLES}
         prev = rows
-        out.append(dataclasses.replace(
-            _window(name, since, now, width, runs[0], steps[0], rows,
-                    [r for r in failed if float(r[2]) >= since], sample, failed_full),
-            runs_estimated=runs[1], steps_estimated=steps[1]))
+        out.append(_window(name, since, now, width, runs, steps, rows,
+                           [r for r in failed if float(r[2]) >= since], sample, failed_full))
     return out
 
 
@@ -257,9 +256,10 @@ async def window(query: Query, now: float, name: str, sample: int = SAMPLE,
     return w
 
 
-def _window(name: str, since: float, now: float, width: float, runs: list[int],
-            steps: list[int], rows: Mapping[str, list[tuple[Any, ...]]],
+def _window(name: str, since: float, now: float, width: float, runs: Counted,
+            steps: Counted, rows: Mapping[str, list[tuple[Any, ...]]],
             failed_rows: list[tuple[Any, ...]], sample: int, failed_full: bool) -> Window:
+    """`runs`, `steps`: Buckets.counts of the window."""
     step_rows, run_rows = rows["charts_step_sample"], rows["charts_run_sample"]
     queue_rows = rows["charts_queue_sample"]
     waits = [(str(a), (float(started) if started is not None else now) - float(created))
@@ -274,7 +274,8 @@ def _window(name: str, since: float, now: float, width: float, runs: list[int],
     for _, status, _ in run_rows:
         statuses[str(status)] = statuses.get(str(status), 0) + 1
     return Window(
-        name=name, since=since, now=now, width=width, runs=runs, steps=steps,
+        name=name, since=since, now=now, width=width, runs=runs[0], steps=steps[0],
+        runs_estimated=runs[1], steps_estimated=steps[1],
         step_latency=_by_agent([(str(a), float(s)) for a, s in step_rows]),
         run_latency=_by_agent([(str(a), float(s)) for a, _, s in run_rows]),
         queue_wait=_by_agent(waits),
@@ -286,7 +287,7 @@ def _window(name: str, since: float, now: float, width: float, runs: list[int],
 
 
 async def throughput(query: Query, now: float, buckets: Buckets | None = None
-                     ) -> tuple[tuple[list[int], bool], tuple[list[int], bool]]:
+                     ) -> tuple[Counted, Counted]:
     """Runs and steps finished per minute over the last hour (the overview's sparkline),
     each with whether it holds an estimate (see Buckets)."""
     width, first, last = _span(now, "hour")
