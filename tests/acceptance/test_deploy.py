@@ -294,17 +294,22 @@ async def test_stranding_uses_the_workers_lease_ttl_not_the_callers(
             w1a.kill()
             w1b.kill()
             killed = time.monotonic()
+            # A run is stranded once the version's last heartbeat and its own last update are
+            # both a TTL old: a run that parked after the last heartbeat comes a little later
+            # than the first, so wait for all three (each parked before the kill).
             while True:
                 check = await asyncio.to_thread(subprocess.run, [
                     sys.executable, "-m", "tether", "deploy", "status", "--db", db_url,
                     "--check", "--json"], capture_output=True, text=True, timeout=60, env=env)
-                if check.returncode == 1 or time.monotonic() - killed > 40:
+                v1_row = next((d for d in json.loads(check.stdout or "[]")
+                               if d["version"] == "v1"), {})
+                if (check.returncode == 1 and v1_row.get("stranded") == 3) or \
+                        time.monotonic() - killed > 40:
                     break
                 await asyncio.sleep(0.2)
             waited = time.monotonic() - killed
             assert check.returncode == 1, (check.stdout, check.stderr)
             assert waited <= ttl + 3.0, waited
-            v1_row = next(d for d in json.loads(check.stdout) if d["version"] == "v1")
             assert v1_row["stranded"] == 3 and v1_row["workers"] == 0
 
 
