@@ -37,6 +37,11 @@ without either runs_completed (that status's runs in creation order): a filter t
 no recent run reads that agent's, version's or status's runs, never the whole of
 runs_created (migration 0017). Every one of these columns is written once, at creation or
 at the end: a step that goes on changes no entry of them.
+
+On Postgres runs_created, runs_agent and runs_version are run_keys_created, run_keys_agent
+and run_keys_version (migration 0018): on run_keys, one row per run that the database keeps
+in step with runs, each run then read by primary key. (Any change of a run's status writes
+an entry in every index of runs; these took one on each although their columns never move.)
 """
 
 from __future__ import annotations

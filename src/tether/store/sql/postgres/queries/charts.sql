@@ -1,6 +1,6 @@
 -- Postgres: what the dashboard's charts (/ui/metrics) and agent pages (/ui/agents/{name}) read.
 -- Reads only, each bounded: a time range of an index (runs_finished, checkpoints_finished,
--- runs_created), a LIMIT, or both. %(since)s is the window's start; the counts per bucket are
+-- run_keys_created), a LIMIT, or both. %(since)s is the window's start; the counts per bucket are
 -- read as slices of it (charts.py: Buckets; the dashboard remembers the complete buckets).
 
 -- fragment: slices(source, cond)
@@ -44,10 +44,11 @@ ORDER BY finished_at DESC LIMIT %(limit)s;
 -- The newest %(limit)s runs started in the window and the start of their first step (NULL while
 -- none started: the run has waited since created_at). A fork's first step is forked_step + 1.
 SELECT r.agent, r.created_at, c.started_at
-FROM (SELECT thread_id, agent, created_at, forked_step FROM runs
+FROM (SELECT thread_id, agent, created_at FROM run_keys
       WHERE created_at >= %(since)s ORDER BY created_at DESC LIMIT %(limit)s) AS r
+JOIN runs AS f ON f.thread_id = r.thread_id
 LEFT JOIN checkpoints AS c
-       ON c.thread_id = r.thread_id AND c.step = coalesce(r.forked_step, 0) + 1;
+       ON c.thread_id = r.thread_id AND c.step = coalesce(f.forked_step, 0) + 1;
 
 -- name: charts_failed_sample
 -- The %(limit)s newest failed runs (runs_failed, newest first), kept if they failed in the window.

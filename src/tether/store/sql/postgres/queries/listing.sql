@@ -5,8 +5,8 @@
 -- reads; a `_prefix` query also reads only the primary-key range of the prefix, a `_parent`
 -- query only the run's children (runs_parent), a `_failed` or `_cancelled` query only
 -- the runs of that status (partial indexes), an `_agent`, `_version` or `_completed` query
--- only that agent's, version's or status's runs (runs_agent, runs_version, runs_completed:
--- migration 0017). The latest updated are the running runs (runs_open, per version), the
+-- only that agent's, version's or status's runs (run_keys_agent, run_keys_version: migration
+-- 0018; runs_completed: 0017). The newest and oldest of all runs walk run_keys_created (0018). The latest updated are the running runs (runs_open, per version), the
 -- resting ones (runs_idle, by idle_at, per status: 0017) and the finished ones
 -- (runs_finished, by finished_at: 0012).
 -- Every query is a `page` in one order (the fragments newest, oldest, updated) of one
@@ -33,14 +33,34 @@ LIMIT %(limit)s
 -- fragment: keyed(cmp, dir, cond, last)
 -- A `page` in created order read from an index whose key ends (created_at, thread_id, last):
 -- `last` as a last sort key changes no order (thread_id is unique), but only that index
--- gives the order without a sort, so the planner takes it over runs_created whatever share
--- of the runs it estimates the filter keeps (runs_created would walk every run that does
--- not match, newest first, before the first that does).
+-- gives the order without a sort, so the planner takes it whatever share of the runs it
+-- estimates the filter keeps (a walk of every run in created order would read every run
+-- that does not match, newest first, before the first that does).
 SELECT {{run_columns}} FROM runs
 {{run_filter}}
   AND (created_at, thread_id) {{cmp}} (%(cur_ts)s::float8, %(cur_id)s::text)
   {{cond}}
 ORDER BY created_at {{dir}}, thread_id {{dir}}, {{last}} {{dir}}
+LIMIT %(limit)s
+
+-- fragment: keys_page(cmp, dir, cond, last)
+-- A page in created order read from run_keys (migration 0018: created_at, thread_id), or
+-- from its key of an agent or a version (`cond` names it: run_keys_agent, run_keys_version,
+-- whose keys end (created_at, thread_id, `last`): only that index gives this order without
+-- a sort, as in `keyed`), each key's run read by primary key and filtered as run_filter
+-- filters. `last` is thread_id when no such index is meant (a repeated sort key is dropped).
+SELECT r.* FROM run_keys k CROSS JOIN LATERAL (
+    SELECT {{run_columns}} FROM runs
+    WHERE runs.thread_id = k.thread_id
+      AND (%(status)s::text IS NULL OR status = %(status)s::text)
+      AND (%(prefix)s::text IS NULL OR starts_with(thread_id, %(prefix)s::text))
+) AS r
+WHERE (%(agent)s::text IS NULL OR k.agent = %(agent)s::text)
+  AND (%(version)s::text IS NULL OR k.version = %(version)s::text)
+  AND k.created_at >= %(since)s::float8 AND k.created_at < %(until)s::float8
+  AND (k.created_at, k.thread_id) {{cmp}} (%(cur_ts)s::float8, %(cur_id)s::text)
+  {{cond}}
+ORDER BY k.created_at {{dir}}, k.thread_id {{dir}}, k.{{last}} {{dir}}
 LIMIT %(limit)s
 
 -- fragment: newest(cond)
@@ -75,8 +95,8 @@ LIMIT %(limit)s
 {{page(finished_at, <, DESC, AND finished_at IS NOT NULL)}}
 
 -- name: list_runs_newest
--- Newest first (runs_created, downwards).
-{{newest()}}
+-- Newest first (run_keys_created, downwards).
+{{keys_page(<, DESC, , thread_id)}}
 
 -- name: list_runs_newest_prefix
 -- list_runs_newest within the primary-key range of a thread_id prefix.
@@ -87,8 +107,8 @@ LIMIT %(limit)s
 {{newest(AND parent_thread_id = %(parent)s::text)}}
 
 -- name: list_runs_oldest
--- Oldest first (runs_created, upwards).
-{{oldest()}}
+-- Oldest first (run_keys_created, upwards).
+{{keys_page(>, ASC, , thread_id)}}
 
 -- name: list_runs_oldest_prefix
 -- list_runs_oldest within the primary-key range of a thread_id prefix.
@@ -139,20 +159,20 @@ LIMIT %(limit)s
 {{keyed(>, ASC, AND status = 'completed', version)}}
 
 -- name: list_runs_newest_agent
--- list_runs_newest of one agent (runs_agent, keyed; a version is checked in its key).
-{{keyed(<, DESC, AND agent = %(agent)s::text, version)}}
+-- list_runs_newest of one agent (run_keys_agent; a version is checked in its key).
+{{keys_page(<, DESC, AND k.agent = %(agent)s::text, version)}}
 
 -- name: list_runs_oldest_agent
--- list_runs_oldest of one agent (runs_agent, keyed).
-{{keyed(>, ASC, AND agent = %(agent)s::text, version)}}
+-- list_runs_oldest of one agent (run_keys_agent).
+{{keys_page(>, ASC, AND k.agent = %(agent)s::text, version)}}
 
 -- name: list_runs_newest_version
--- list_runs_newest of one version (runs_version, keyed; an agent is checked in its key).
-{{keyed(<, DESC, AND version = %(version)s::text, agent)}}
+-- list_runs_newest of one version (run_keys_version; an agent is checked in its key).
+{{keys_page(<, DESC, AND k.version = %(version)s::text, agent)}}
 
 -- name: list_runs_oldest_version
--- list_runs_oldest of one version (runs_version, keyed).
-{{keyed(>, ASC, AND version = %(version)s::text, agent)}}
+-- list_runs_oldest of one version (run_keys_version).
+{{keys_page(>, ASC, AND k.version = %(version)s::text, agent)}}
 
 -- fragment: open_page(cmp, dir)
 -- A page of one open status (bound: %(status)s is one of them) in created order: per version

@@ -34,18 +34,25 @@ SELECT EXISTS (SELECT 1 FROM runs WHERE lease_owner IS NOT NULL AND status = 'ru
 
 -- name: prune_candidates
 -- The next prunable runs after (%(after_at)s, %(after)s) in (created_at, thread_id) order, with
--- their created_at (the walk's next position): a walk over runs_created, so a prune reads the
--- runs table once, however many batches it takes. Creation order is the order a run's rows
+-- their created_at (the walk's next position): a walk over run_keys_created (migration 0018),
+-- each run read by primary key, so a prune reads the runs table once, however many batches
+-- it takes. Creation order is the order a run's rows
 -- were written in (runs, and roughly their checkpoints and journal), so a batch's deletes fall
 -- on few heap pages, each emptied by one or two batches; in thread_id order (random: uuids,
 -- hashes) every batch touched pages all over the heap, each page dirtied (and written, with a
 -- full-page image in the WAL after each checkpoint) again and again. The walk ends at the
 -- latest cut-off (%(horizon)s): a run created after it cannot have finished before it.
-SELECT r.thread_id, r.created_at FROM runs r
-WHERE (r.created_at, r.thread_id) > (%(after_at)s::float8, %(after)s::text)
-  AND r.created_at < %(horizon)s::float8 AND
-{{prunable}}
-ORDER BY r.created_at, r.thread_id LIMIT %(limit)s;
+-- (LATERAL: the walk is the outer side, whatever the statistics; a join of the two tables was
+-- planned, generically and unanalyzed, as a scan of runs with a walk of run_keys for each.)
+SELECT r.thread_id, r.created_at
+FROM run_keys k CROSS JOIN LATERAL (
+    SELECT r.thread_id, r.created_at FROM runs r
+    WHERE r.thread_id = k.thread_id AND
+    {{prunable}}
+) AS r
+WHERE (k.created_at, k.thread_id) > (%(after_at)s::float8, %(after)s::text)
+  AND k.created_at < %(horizon)s::float8
+ORDER BY k.created_at, k.thread_id LIMIT %(limit)s;
 
 -- name: prune_estimate
 -- What a prune would remove, by status and agent: runs and the bytes of their rows' payloads.
