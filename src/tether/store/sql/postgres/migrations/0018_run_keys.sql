@@ -59,9 +59,10 @@ CREATE TRIGGER run_keys_moved AFTER UPDATE OF thread_id, agent, version, created
                        IS DISTINCT FROM (NEW.thread_id, NEW.agent, NEW.version, NEW.created_at))
     EXECUTE FUNCTION run_keys_moved();
 
+-- (DELETE, not TRUNCATE: a TRUNCATE naming both tables has run_keys open meanwhile.)
 CREATE FUNCTION run_keys_emptied() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    TRUNCATE run_keys;
+    DELETE FROM run_keys;
     RETURN NULL;
 END $$;
 CREATE TRIGGER run_keys_emptied AFTER TRUNCATE ON runs
