@@ -1,5 +1,6 @@
 """Plans of the runs list (store/listing.py) on both stores: a page costs what it shows, not
-what the table holds. The first page walks runs_created, a time range is a range of it, a
+what the table holds. The first page walks runs_created (on Postgres run_keys_created:
+migration 0018), a time range is a range of it (read from the range, not walked to), a
 thread_id prefix is a range of the primary key (never a LIKE over every run), a run's
 children come from runs_parent, the failed ones from runs_failed (a partial index: failed on
 a version that never failed reads only the failed runs), the cancelled ones from
@@ -48,6 +49,7 @@ CASES = {  # listing -> how many rows it returns
     "first page": (RunQuery(limit=51), 51),
     "oldest": (RunQuery(order="oldest", limit=51), 51),
     "a time range": (RunQuery(since=1500, until=1600, limit=51), 51),
+    "a time range, oldest": (RunQuery(since=1500, until=1600, order="oldest", limit=51), 51),
     "a rare prefix": (RunQuery(prefix="r01234", limit=51), 10),
     "a prefix, oldest": (RunQuery(prefix="r0123", order="oldest", limit=51), 51),
     "a prefix, updated": (RunQuery(prefix="r01234", order="updated", limit=51), 10),
@@ -85,6 +87,10 @@ def _scans(node: dict[str, Any]) -> list[tuple[str, str]]:
     return here + [s for child in node.get("Plans", []) for s in _scans(child)]
 
 
+def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [node] + [n for child in node.get("Plans", []) for n in _nodes(child)]
+
+
 def _read(node: dict[str, Any]) -> int:
     """Rows the plan's scans produced, plus those their filters threw away."""
     here = 0
@@ -101,7 +107,7 @@ KEYS = ["run_keys_created", "runs_pkey"]
 AGENT_KEYS = ["run_keys_agent", "runs_pkey"]
 VERSION_KEYS = ["run_keys_version", "runs_pkey"]
 WANT_PG: dict[str, Any] = {
-    "first page": KEYS, "oldest": KEYS, "a time range": KEYS,
+    "first page": KEYS, "oldest": KEYS, "a time range": KEYS, "a time range, oldest": KEYS,
     "a rare prefix": "runs_pkey", "a prefix, oldest": "runs_pkey",
     "a prefix, updated": "runs_pkey",
     "children": "runs_parent", "a status": "runs_failed",
@@ -138,10 +144,14 @@ def test_postgres_pages_read_an_index_range(pg_url: str) -> None:
                 pg.execute(b"ANALYZE runs, run_keys")
             for what, (listing, rows) in CASES.items():
                 name, params = listing.plan(code_point_order=True)
-                (plan,), = pg.execute(("EXPLAIN (ANALYZE, FORMAT JSON) " + q[name]).encode(),
-                                      params).fetchall()
+                (plan,), = pg.execute(("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+                                       + q[name]).encode(), params).fetchall()
                 root = plan[0]["Plan"]
                 assert root["Actual Rows"] == rows, (what, analyzed)
+                if what.startswith("a time range"):  # the range's own pages, not a walk to it
+                    keys = [n for n in _nodes(root) if n.get("Index Name") == "run_keys_created"]
+                    assert keys and all(n["Shared Hit Blocks"] + n.get("Shared Read Blocks", 0)
+                                        <= 10 for n in keys), (what, analyzed, keys)
                 scans = _scans(root)
                 assert "Seq Scan" not in {s[0] for s in scans}, (what, analyzed, scans)
                 if analyzed:  # unanalyzed, the planner may walk all of runs_created's entries
@@ -156,6 +166,8 @@ WANT_SQLITE = {
     "first page": "SEARCH runs USING INDEX runs_created (created_at>? AND created_at<?)",
     "oldest": "SEARCH runs USING INDEX runs_created (created_at>? AND created_at<?)",
     "a time range": "SEARCH runs USING INDEX runs_created (created_at>? AND created_at<?)",
+    "a time range, oldest": "SEARCH runs USING INDEX runs_created (created_at>? AND "
+                            "created_at<?)",
     "a rare prefix": "SEARCH runs USING INDEX sqlite_autoindex_runs_1 (thread_id>? AND "
                      "thread_id<?)",
     "a prefix, oldest": "SEARCH runs USING INDEX sqlite_autoindex_runs_1 (thread_id>? AND "

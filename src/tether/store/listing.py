@@ -128,6 +128,15 @@ class RunQuery:
             cur_ts, cur_id = float(self.before[0]), self.before[1]
         else:  # a cursor before every row: +inf going down, -inf going up
             cur_ts, cur_id = (_INF, "") if down else (-_INF, "")
+        if self.order != "updated":
+            # In created order the time range is a bound of the cursor's too, (until, "")
+            # going down and (since, "") going up (no thread_id is empty): the index range
+            # then starts there, where a cursor at infinity started a walk down (or up) from
+            # the newest (oldest) run to the range.
+            if down and self.until is not None:
+                cur_ts, cur_id = min((cur_ts, cur_id), (float(self.until), ""))
+            elif not down and self.since is not None:
+                cur_ts, cur_id = max((cur_ts, cur_id), (float(self.since), ""))
         params: dict[str, object] = {
             "status": self.status, "agent": self.agent, "version": self.version,
             "parent": self.parent, "prefix": self.prefix,
