@@ -39,9 +39,9 @@ class PgRetention:
         at, tid = after if after is not None else (float("-inf"), "")
         # A walk of run_keys_created, a batch of it, whatever the statistics (never analyzed,
         # the planner read and sorted every remaining run for each batch).
-        rows = [tuple(r) for r in await self._conns.read_by_index(self._q["prune_candidates"], {
+        rows = await self._conns.read_by_index(self._q["prune_candidates"], {
             **cutoffs.params(), "after_at": at, "after": tid, "horizon": cutoffs.horizon,
-            "limit": limit})]
+            "limit": limit})
         if not rows:
             return Candidates([], after)
         return Candidates([r[0] for r in rows], (float(rows[-1][1]), str(rows[-1][0])))

@@ -11,7 +11,9 @@
 -- at the end of the statement (statement triggers: one call per statement, its rows as a
 -- transition table), a run moved to another version is moved here too (a row trigger that
 -- only an UPDATE naming one of the four columns fires: a step's update never does; a script
--- that backdates created_at is followed too), a TRUNCATE empties both. run_keys has no primary key: its rows are found by (created_at, thread_id).
+-- that backdates created_at is followed too), a TRUNCATE empties both. run_keys has no
+-- primary key: its rows are found by (created_at, thread_id). Each trigger has a function of
+-- its own, as each names its own transition table.
 CREATE TABLE run_keys (
     thread_id TEXT NOT NULL,
     agent TEXT NOT NULL,

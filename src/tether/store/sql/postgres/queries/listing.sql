@@ -6,9 +6,10 @@
 -- query only the run's children (runs_parent), a `_failed` or `_cancelled` query only
 -- the runs of that status (partial indexes), an `_agent`, `_version` or `_completed` query
 -- only that agent's, version's or status's runs (run_keys_agent, run_keys_version: migration
--- 0018; runs_completed: 0017). The newest and oldest of all runs walk run_keys_created (0018). The latest updated are the running runs (runs_open, per version), the
--- resting ones (runs_idle, by idle_at, per status: 0017) and the finished ones
--- (runs_finished, by finished_at: 0012).
+-- 0018; runs_completed: 0017). The newest and oldest of all runs walk run_keys_created (0018).
+-- The latest updated are the running runs (runs_open, per version), the resting ones
+-- (runs_idle, by idle_at, per status: 0017) and the finished ones (runs_finished, by
+-- finished_at: 0012).
 -- Every query is a `page` in one order (the fragments newest, oldest, updated) of one
 -- variant, given where it is used: its condition (a status a literal: a partial index serves
 -- only a query that names its status).
