@@ -18,7 +18,7 @@ import weakref
 from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 
-from . import deploy, serde
+from . import serde
 from .agent import Agent, Command
 from .calls import retry_delay
 from .config import Settings
@@ -41,7 +41,7 @@ from .store.base import (
     WorkerBeat,
     never_ran,
 )
-from .worker_records import agents_json, error_json, worker_id
+from .worker_records import agents_json, error_json, report_stranded, worker_id
 
 log = logging.getLogger("tether.worker")
 STRANDED_EVERY = 5.0
@@ -96,6 +96,7 @@ class Worker:
         """At shutdown: effects whose handler it stopped (pending again, for any worker)."""
         self._tg: asyncio.TaskGroup | None = None
         self._reserved = 0  # slots promised to runs being started in this process
+        self._full = False  # the claim loop waits for a free slot: a run's end wakes it
         self._loop: asyncio.AbstractEventLoop | None = None
         self._cpu_pool: ProcessPoolExecutor | None = None  # made by the first ctx.cpu_call
         self._agents_json = "{}"
@@ -200,21 +201,6 @@ class Worker:
         except StoreError as exc:
             log.warning("worker heartbeat failed: %s", exc)
 
-    async def _report_stranded(self) -> None:
-        """Say, once per interval, which other versions have runs nobody will resume."""
-        try:
-            found = await deploy.deployments(self.store, self.settings.lease_ttl)
-        except StoreError as exc:
-            log.warning("could not check for stranded runs: %s", exc)
-            return
-        for d in found:
-            if d.stranded and d.version != self.registry.version:
-                log.warning(
-                    "%d runs of version %s are stranded: no worker of %s has been seen for "
-                    "more than %.1fs; start one, or move the parked ones with `tether runs "
-                    "upgrade --from %s --to %s`", d.stranded, d.version, d.version,
-                    self.settings.lease_ttl, d.version, self.registry.version)
-
     async def _serve(self, stop: asyncio.Event | None) -> None:
         async with asyncio.TaskGroup() as tg:
             self._tg = tg  # before any await: runs started here may be handed over from now
@@ -248,6 +234,7 @@ class Worker:
         while not self._stopping:
             free = self.concurrency - len(self._tasks) - self._reserved
             wake.clear()
+            self._full = free <= 0
             if free > 0:
                 want = min(free, self.claim_batch)
                 since = time.monotonic()  # the claimed leases run from (at the latest) now
@@ -317,7 +304,7 @@ class Worker:
             await self._beat()
             if time.monotonic() - reported >= report_every:
                 reported = time.monotonic()
-                await self._report_stranded()
+                await report_stranded(self.store, self.registry.version, self.settings.lease_ttl)
             try:
                 if self._orphans:
                     orphans = list(self._orphans.values())
@@ -489,7 +476,8 @@ class Worker:
             if self._leases.get(thread_id, lease) is lease:
                 self._tasks.pop(thread_id, None)
                 self._forget(lease)
-            self.store.work_available.set()
+            if self._full:  # else the last claim found no more work than it had slots for
+                self.store.work_available.set()
 
     async def _park(self, lease: Lease, step: int, node_name: str, park: Park) -> None:
         """The node suspended (an interrupt or a sleep): park the run and say so."""
