@@ -14,7 +14,9 @@ that a worker never reaches up into the Runtime:
 
 Runs driven by a worker elsewhere are noticed by one shared poller, one query per poll interval
 for all waited-for runs. Workers of this process attach themselves (`attach`) so the poller
-skips the runs they drive: those wake their waiters themselves.
+skips the runs they drive: those wake their waiters themselves. A waiter is registered
+(`expect`) before anything is read for it, so an end notified meanwhile is never missed; the
+status reads of waits begun together are one query (`status_of`).
 
 Waiting until a run reaches a status that is not terminal (`wait_status`: `waiting`, say) goes
 through the same poller, for every run, local or not: a worker tells the hub only when a run
@@ -157,6 +159,10 @@ class Finished:
     record: RunRecord | None = None
 
 
+class _ReadFailed(Exception):
+    """The shared read of EventHub.status_of failed."""
+
+
 @dataclass(slots=True)
 class _Waiting:
     """The waiters of one run: woken together; the handed-over state goes to the first."""
@@ -174,6 +180,8 @@ class EventHub:
         self._waiting: dict[str, _Waiting] = {}
         self._status_waiting: dict[str, list[tuple[frozenset[str], asyncio.Event]]] = {}
         self._poller: asyncio.Task[None] | None = None
+        self._lookups: list[tuple[str, asyncio.Future[str | None]]] = []  # see status_of
+        self._lookup: asyncio.Task[None] | None = None
         self._drivers: list[Driver] = []
         self.observers: list[Observer] = []
         """Attached observers; empty (falsy) when nobody observes, the common case."""
@@ -286,18 +294,33 @@ class EventHub:
     async def wait_finished(self, thread_id: str, timeout: float | None) -> Finished:
         """Until the run's end is notified here or seen by the poller (TimeoutError after
         `timeout` seconds). Only the first of several waiters gets the handed-over state."""
+        return await self.finished(thread_id, self.expect(thread_id), timeout)
+
+    def expect(self, thread_id: str) -> _Waiting:
+        """A waiter of the run's end, registered now: an end notified from here on reaches
+        it. Then wait with `finished` (which unregisters it), or unregister it with
+        `forget`."""
         entry = self._waiting.get(thread_id)
         if entry is None:
             entry = self._waiting[thread_id] = _Waiting(asyncio.Event())
         entry.count += 1
-        self._start_poller()
+        return entry
+
+    def forget(self, thread_id: str, entry: _Waiting) -> None:
+        """Unregister a waiter `expect` registered that will not wait after all."""
+        entry.count -= 1
+        if entry.count <= 0 and self._waiting.get(thread_id) is entry:
+            del self._waiting[thread_id]
+
+    async def finished(self, thread_id: str, entry: _Waiting,
+                       timeout: float | None) -> Finished:
+        """wait_finished for a waiter `expect` registered."""
         try:
+            self._start_poller()
             async with asyncio.timeout(timeout):
                 await entry.event.wait()
         finally:
-            entry.count -= 1
-            if entry.count <= 0 and self._waiting.get(thread_id) is entry:
-                del self._waiting[thread_id]
+            self.forget(thread_id, entry)
         finished = entry.finished or Finished()
         if finished.state is not None:
             entry.finished = Finished(finished.step, None, finished.record)
@@ -318,6 +341,36 @@ class EventHub:
             waiters.remove(entry)
             if not waiters:
                 del self._status_waiting[thread_id]
+
+    async def status_of(self, thread_id: str) -> str | None:
+        """The run's status (None: no such run), read in one query with those that every
+        other caller of this loop iteration asks for: 10,000 `runtime.wait` calls gathered
+        make one read, not 10,000."""
+        fut: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        if not self._lookups:  # the read runs once this iteration's callers have asked
+            self._lookup = asyncio.create_task(self._read_statuses())
+        self._lookups.append((thread_id, fut))
+        try:
+            return await fut
+        except _ReadFailed:  # each caller then reads its own (and raises its own error)
+            rec = await self._store.get_run(thread_id)
+            return None if rec is None else rec.status
+
+    async def _read_statuses(self) -> None:
+        asked, self._lookups = self._lookups, []
+        try:
+            statuses = await self._store.run_statuses(list({tid for tid, _ in asked}))
+        except BaseException as exc:
+            log.debug("reading %d runs' statuses failed: %s", len(asked), exc)
+            for _, fut in asked:
+                if not fut.done():
+                    fut.set_exception(_ReadFailed())
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for tid, fut in asked:
+            if not fut.done():  # (a waiter that timed out cancelled its own)
+                fut.set_result(statuses.get(tid))
 
     def _start_poller(self) -> None:
         if self._poller is None or self._poller.done():
@@ -361,6 +414,8 @@ class EventHub:
         return frozenset(self._waiting)
 
     def close(self) -> None:
+        if self._lookup is not None:
+            self._lookup.cancel()
         if self._poller is not None:
             self._poller.cancel()
             self._poller = None

@@ -20,11 +20,21 @@ async def wait_run(store: Store, hub: EventHub, thread_id: str, timeout: float |
         wanted = statuses_of(until)
         if not wanted <= TERMINAL:
             return await _wait_status(store, hub, thread_id, wanted, timeout)
-    if not hub.driving(thread_id):  # a run a worker here drives exists, not over
-        rec = await record_of(store, thread_id)
-        if rec.status in TERMINAL:
-            return await with_state(store, rec)
-    end = await hub.wait_finished(thread_id, timeout)
+    # Registered before the read: a run that ends while it is read still wakes this waiter.
+    entry = hub.expect(thread_id)
+    try:
+        # A run a worker here drives exists and is not over; else one read (with the other
+        # waits begun now) says whether the run exists, and is over already.
+        status = "running" if hub.driving(thread_id) else await hub.status_of(thread_id)
+        if status is None or status in TERMINAL:
+            rec = await record_of(store, thread_id)  # (RunNotFound, RunPruned)
+            if rec.status in TERMINAL:
+                hub.forget(thread_id, entry)
+                return await with_state(store, rec)
+    except BaseException:
+        hub.forget(thread_id, entry)
+        raise
+    end = await hub.finished(thread_id, entry, timeout)
     handed = end.state
     if handed is not None and end.record is not None and end.record.step == end.step:
         return to_run(end.record, handed)
