@@ -196,11 +196,6 @@ def create_app(
     app.state.draining = False
     app.state.streams = slots
     app.state.run_poller = rows
-    # The dashboard's actions name the token's too; without a token, "dashboard".
-    app.include_router(dashboard_router(runtime, token=token or None, read_only=read_only,
-                                        actor=actor if token else "dashboard",
-                                        draining=lambda: app.state.draining,
-                                        slots=slots))
     add_metrics_route(app, runtime, metrics)
     add_audit_route(app, runtime)
 
@@ -547,4 +542,11 @@ def create_app(
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+    # The dashboard's actions name the token's too; without a token, "dashboard". Its 27
+    # routes (all under /ui) come after the API's: a request is matched against the routes
+    # in order, and a burst of POST /runs then finds its route first.
+    app.include_router(dashboard_router(runtime, token=token or None, read_only=read_only,
+                                        actor=actor if token else "dashboard",
+                                        draining=lambda: app.state.draining,
+                                        slots=slots))
     return app
