@@ -286,7 +286,10 @@ class EventHub:
         it, the run's `record` as committed: then a waiter reads nothing."""
         entry = self._waiting.get(thread_id)
         if entry is not None:
-            entry.finished = Finished(step, state, record)
+            # The poller's word (no state) never replaces a worker's handed-over state that
+            # no waiter has taken yet: it may see the run's end before its waiters run.
+            if state is not None or entry.finished is None or entry.finished.state is None:
+                entry.finished = Finished(step, state, record)
             entry.event.set()
         for _, event in self._status_waiting.get(thread_id, ()):
             event.set()
