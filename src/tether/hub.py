@@ -181,7 +181,7 @@ class EventHub:
         self._status_waiting: dict[str, list[tuple[frozenset[str], asyncio.Event]]] = {}
         self._poller: asyncio.Task[None] | None = None
         self._lookups: list[tuple[str, asyncio.Future[str | None]]] = []  # see status_of
-        self._lookup: asyncio.Task[None] | None = None
+        self._reading: set[asyncio.Task[None]] = set()  # the status reads in flight
         self._drivers: list[Driver] = []
         self.observers: list[Observer] = []
         """Attached observers; empty (falsy) when nobody observes, the common case."""
@@ -351,7 +351,9 @@ class EventHub:
         make one read, not 10,000."""
         fut: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         if not self._lookups:  # the read runs once this iteration's callers have asked
-            self._lookup = asyncio.create_task(self._read_statuses())
+            task = asyncio.create_task(self._read_statuses())
+            self._reading.add(task)
+            task.add_done_callback(self._reading.discard)
         self._lookups.append((thread_id, fut))
         try:
             return await fut
@@ -417,8 +419,8 @@ class EventHub:
         return frozenset(self._waiting)
 
     def close(self) -> None:
-        if self._lookup is not None:
-            self._lookup.cancel()
+        for task in list(self._reading):
+            task.cancel()
         if self._poller is not None:
             self._poller.cancel()
             self._poller = None
