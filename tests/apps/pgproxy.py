@@ -1,7 +1,9 @@
 """A TCP proxy in front of a Postgres server, for tests of lost connections: every
-connection through it can be cut at once (`cut()`), or at the next reply the server sends on
-any of them (`cut_at_next_reply()`: the statement ran, and committed if it was autocommit,
-but the client never hears of it: a commit whose outcome is unknown)."""
+connection through it can be cut at once (`cut()`), or at the next reply the server sends to
+a statement sent from then on, on any of them (`cut_at_next_reply()`: the statement ran, and
+committed if it was autocommit, but the client never hears of it: a commit whose outcome is
+unknown). A notification to a LISTEN connection that sent nothing since is not such a reply:
+it passes."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ class PgProxy:
         self._server: asyncio.Server | None = None
         self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._armed = False
+        self._asked: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        """The connections whose client sent something since the cut was armed."""
         self.cut_replies = 0
         self.down = False
         """Refuse connections (closed as soon as accepted): the server is gone."""
@@ -44,6 +48,7 @@ class PgProxy:
 
     def cut_at_next_reply(self) -> None:
         self._armed = True
+        self._asked.clear()
 
     async def _serve(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter
                      ) -> None:
@@ -62,7 +67,9 @@ class PgProxy:
                        replies: bool) -> None:
             try:
                 while data := await reader.read(65536):
-                    if replies and self._armed:
+                    if not replies and self._armed:
+                        self._asked.add(pair)
+                    if replies and self._armed and pair in self._asked:
                         self._armed = False
                         self.cut_replies += 1
                         self._pairs.discard(pair)
