@@ -5,8 +5,8 @@ that a worker never reaches up into the Runtime:
 
 - live events (`emit`), delivered to the subscribers of the run (`subscribe`: SSE clients,
   `runtime.subscribe`); nothing is stored, a slow subscriber drops events;
-- finished runs (`notify_finished`), which wake `wait_finished` callers at once, handing over
-  the final state a local worker already holds (so a waiter replays nothing);
+- finished runs (`notify_finished`), which wake the run's waiters (`expect`, `finished`) at
+  once, handing over the final state a local worker already holds (a waiter replays nothing);
 - what the workers did, for observers (`observe`: metrics, traces, logs; tether.observe has
   them). A worker asks `observe_run` once per run it drives and tells the RunObserver it gets
   about each step, call, retry and end; with no observer attached it gets None and pays one
@@ -294,11 +294,6 @@ class EventHub:
         for _, event in self._status_waiting.get(thread_id, ()):
             event.set()
 
-    async def wait_finished(self, thread_id: str, timeout: float | None) -> Finished:
-        """Until the run's end is notified here or seen by the poller (TimeoutError after
-        `timeout` seconds). Only the first of several waiters gets the handed-over state."""
-        return await self.finished(thread_id, self.expect(thread_id), timeout)
-
     def expect(self, thread_id: str) -> _Waiting:
         """A waiter of the run's end, registered now: an end notified from here on reaches
         it. Then wait with `finished` (which unregisters it), or unregister it with
@@ -317,7 +312,9 @@ class EventHub:
 
     async def finished(self, thread_id: str, entry: _Waiting,
                        timeout: float | None) -> Finished:
-        """wait_finished for a waiter `expect` registered."""
+        """Until the run's end is notified here or seen by the poller (TimeoutError after
+        `timeout` seconds), for a waiter `expect` registered. Only the first of several
+        waiters gets the handed-over state."""
         try:
             self._start_poller()
             async with asyncio.timeout(timeout):

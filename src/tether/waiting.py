@@ -25,12 +25,13 @@ async def wait_run(store: Store, hub: EventHub, thread_id: str, timeout: float |
     try:
         # A run a worker here drives exists and is not over; else one read (with the other
         # waits begun now) says whether the run exists, and is over already.
-        status = "running" if hub.driving(thread_id) else await hub.status_of(thread_id)
-        if status is None or status in TERMINAL:
-            rec = await record_of(store, thread_id)  # (RunNotFound, RunPruned)
-            if rec.status in TERMINAL:
-                hub.forget(thread_id, entry)
-                return await with_state(store, rec)
+        if not hub.driving(thread_id):
+            status = await hub.status_of(thread_id)
+            if status is None or status in TERMINAL:
+                rec = await record_of(store, thread_id)  # (RunNotFound, RunPruned)
+                if rec.status in TERMINAL:
+                    hub.forget(thread_id, entry)
+                    return await with_state(store, rec)
     except BaseException:
         hub.forget(thread_id, entry)
         raise

@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 import tether
+from apps.inprocess import working
 from tether import Agent, Command, Context, RunStatus
 from tether.store.base import RunRecord
 
@@ -39,20 +40,21 @@ def _count_claims(rt: tether.Runtime) -> list[int]:
     return got
 
 
+async def _drained(rt: tether.Runtime, runs: list[tether.Run],
+                   concurrency: int) -> list[tether.Run]:
+    """The runs once a worker of `concurrency` slots has run them all."""
+    async with working(rt, concurrency, close=False):
+        return await asyncio.wait_for(
+            asyncio.gather(*(rt.wait(r.thread_id) for r in runs)), 20)
+
+
 async def test_a_full_worker_takes_the_next_queued_run_as_a_slot_frees(db_url: str) -> None:
     # A poll interval far longer than the test: only the wake-up of a run's end can start
     # the queued runs in time.
     rt = tether.Runtime(db_url, agents=[_agent()], poll_interval=60.0)
     async with rt:
         runs = [await rt.start("quick", {"i": 1}) for _ in range(6)]
-        stop = asyncio.Event()
-        worker = asyncio.create_task(rt.work(concurrency=2, stop=stop))
-        try:
-            done = await asyncio.wait_for(
-                asyncio.gather(*(rt.wait(r.thread_id) for r in runs)), 20)
-        finally:
-            stop.set()
-            await asyncio.wait_for(worker, 30)
+        done = await _drained(rt, runs, concurrency=2)
     assert {r.status for r in done} == {RunStatus.COMPLETED}
 
 
@@ -61,14 +63,7 @@ async def test_runs_ending_with_slots_to_spare_make_no_claims(db_url: str) -> No
     async with rt:
         claims = _count_claims(rt)
         runs = [await rt.start("quick", {"i": i}) for i in range(1, 11)]
-        stop = asyncio.Event()
-        worker = asyncio.create_task(rt.work(concurrency=50, stop=stop))
-        try:
-            done = await asyncio.wait_for(
-                asyncio.gather(*(rt.wait(r.thread_id) for r in runs)), 20)
-        finally:
-            stop.set()
-            await asyncio.wait_for(worker, 30)
+        done = await _drained(rt, runs, concurrency=50)
     assert {r.status for r in done} == {RunStatus.COMPLETED}
     # The first claim takes all ten; ten runs ending one by one ask for nothing more.
     assert claims[0] == 10, claims

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import tether
+from apps.inprocess import working
 from tether import Agent, Command, Context, RunNotFound, RunStatus
 from tether.errors import StoreUnavailable
 
@@ -44,15 +45,10 @@ async def test_waits_begun_together_share_one_read(db_url: str) -> None:
     async with rt:
         runs = [await rt.start("short", {"n": i}) for i in range(20)]
         statuses, gets = _spy(rt, "run_statuses"), _spy(rt, "get_run")
-        stop = asyncio.Event()
         waits = asyncio.gather(*(rt.wait(r.thread_id) for r in runs))
         await asyncio.sleep(0)  # every wait has asked before the worker starts
-        worker = asyncio.create_task(rt.work(concurrency=50, stop=stop))
-        try:
+        async with working(rt, 50, close=False):
             done = await asyncio.wait_for(waits, 20)
-        finally:
-            stop.set()
-            await asyncio.wait_for(worker, 30)
     assert [r.state["n"] for r in done] == [i + 1 for i in range(20)]
     assert {r.status for r in done} == {RunStatus.COMPLETED}
     assert len(statuses) == 1 and sorted(statuses[0][0]) == sorted(r.thread_id for r in runs)
@@ -83,13 +79,8 @@ async def test_a_failed_shared_read_falls_back_to_each_waiters_own(db_url: str) 
     rt = tether.Runtime(db_url, agents=[_agent()], poll_interval=60.0)
     async with rt:
         run = await rt.start("short", {"n": 1})
-        stop = asyncio.Event()
-        worker = asyncio.create_task(rt.work(concurrency=5, stop=stop))
-        try:
+        async with working(rt, 5, close=False):
             await asyncio.wait_for(rt.wait(run.thread_id), 20)
-        finally:
-            stop.set()
-            await asyncio.wait_for(worker, 30)
         store: Any = rt.store
 
         async def down(ids: Sequence[str]) -> dict[str, str]:
