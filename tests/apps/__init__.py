@@ -181,6 +181,18 @@ def holds_write_lock(db_url: str) -> bool:
     return bool(row and row[0])
 
 
+def break_audit(db_url: str) -> None:
+    """Make the audit row impossible to write (its table renamed away)."""
+    if db_url.startswith("sqlite:"):
+        conn = sqlite3.connect(urlsplit(db_url).path[1:])
+        conn.execute("ALTER TABLE audit RENAME TO audit_gone")
+        conn.commit()
+        conn.close()
+    else:
+        with psycopg.connect(db_url, autocommit=True) as pg:
+            pg.execute("ALTER TABLE audit RENAME TO audit_gone")
+
+
 async def pause_outside_transaction(worker: WorkerProcess, db_url: str) -> None:
     """SIGSTOP `worker` at a moment it holds no write transaction open (see
     holds_write_lock), retrying for up to a second; fails the test otherwise."""

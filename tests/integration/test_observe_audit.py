@@ -11,11 +11,10 @@ import json
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 
 import tether
-from apps import eventually
+from apps import break_audit, eventually
 from apps import observe_app as app
 from apps.inprocess import WAIT, working
 from tether.cli import main
@@ -129,20 +128,6 @@ async def test_an_action_that_did_not_happen_leaves_no_row(db_url: str) -> None:
     await rt.cancel("x", actor="alice")  # already cancelled: nothing changed
     assert actions(await rt.audit()) == [("cancel", "x", "x"), ("start", "x", "x")]
     await rt.close()
-
-
-def break_audit(db_url: str) -> None:
-    """Make the audit row impossible to write (its table renamed away)."""
-    if db_url.startswith("sqlite:"):
-        import sqlite3
-
-        conn = sqlite3.connect(db_url.removeprefix("sqlite:///"))
-        conn.execute("ALTER TABLE audit RENAME TO audit_gone")
-        conn.commit()
-        conn.close()
-    else:
-        with psycopg.connect(db_url, autocommit=True) as conn:
-            conn.execute("ALTER TABLE audit RENAME TO audit_gone")
 
 
 async def test_an_audit_row_that_cannot_be_written_undoes_its_action(db_url: str) -> None:

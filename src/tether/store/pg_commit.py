@@ -87,6 +87,8 @@ class GroupCommitter:
             q["insert_journal"]: Bulk(q["insert_journals"], _journal_key, _always),
             q["create_run"]: Bulk(q["create_runs"], _thread_key, _fresh_runs,
                                   itemgetter(1)),  # create_run's row: (created, thread_id, ...)
+            q["create_run_audited"]: Bulk(q["create_runs_audited"], _thread_key, _fresh_runs,
+                                          itemgetter(1)),  # (the same row)
             q["resume_interrupt"]: Bulk(q["resume_interrupts"], _thread_key, _distinct_runs,
                                         itemgetter(0)),  # the interrupt's row: (thread_id, ...)
             q["park_run"]: Bulk(q["park_runs"], _thread_key, _parks_alone,

@@ -156,10 +156,11 @@ class SQLiteStore(SQLiteSessionsPart):
                 raise RunConflict(f"idempotency key {new.idempotency_key!r} is already used")
             return same_run(_run(row), new, "thread_id"), False
 
-        # The common start, batched (sqlite_create); an audited one is its own job.
-        fresh = fresh_insert(q, new, lease, job) if audit is None else None
-        run, created = await self._w(
-            fresh if fresh is not None else self._audit(job, audit, lambda r: r[1]))
+        # The common start, batched with its audit row if any (sqlite_create); one with an
+        # idempotency key is a job of its own, as is the fresh one's fallback.
+        made = self._audit(job, audit, lambda r: r[1])
+        fresh = fresh_insert(q, new, lease, made, audit)
+        run, created = await self._w(fresh if fresh is not None else made)
         if created and lease is None:
             self.work_available.set()
         return run, created

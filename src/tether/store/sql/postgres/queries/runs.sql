@@ -63,13 +63,21 @@ aud AS (INSERT INTO audit (at, actor, action, thread_id, target, details)
         FROM t WHERE EXISTS (SELECT 1 FROM ins)),
 {{create_run_result}}
 
--- name: create_runs
--- Many create_runs without idempotency key in one statement, inside a group commit: each
--- inserted as create_run inserts it (queued and announced, or leased to a local worker),
--- returning the row create_run returns for it; a run whose thread_id exists returns nothing
--- (create_run then reads the run it collides with). The rows come as one JSON array of
--- create_run's parameters (input as its UTF-8 text). One announcement per version queued.
+-- fragment: create_runs_insert
+-- create_runs' first CTEs: the clock, the rows (one JSON array of create_run's parameters,
+-- input as its UTF-8 text, in the order written), the insert.
 WITH t AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
+r AS (  -- (inlined into ins where it is read once)
+    SELECT * FROM ROWS FROM (json_to_recordset(%(rows)s::json)
+        AS (thread_id text, agent text, version text, node text, input text,
+            input_hash text, parent_thread_id text, forked_from text, forked_step bigint,
+            lease_owner text, lease_ttl float8, trace_context text, audit_actor text,
+            audit_action text, audit_thread_id text, audit_target text, audit_details text))
+        WITH ORDINALITY AS r(thread_id, agent, version, node, input, input_hash,
+                             parent_thread_id, forked_from, forked_step, lease_owner,
+                             lease_ttl, trace_context, audit_actor, audit_action,
+                             audit_thread_id, audit_target, audit_details, n)
+),
 ins AS (
     INSERT INTO runs ({{new_run_columns}})
     SELECT r.thread_id, r.agent, r.version,
@@ -78,17 +86,37 @@ ins AS (
            r.forked_from, r.forked_step, r.lease_owner, t.now + r.lease_ttl,
            CASE WHEN r.lease_owner IS NULL THEN 0 ELSE 1 END,
            CASE WHEN r.lease_owner IS NULL THEN 0 ELSE 1 END, t.now, t.now, r.trace_context
-    FROM json_to_recordset(%(rows)s::json)
-        AS r(thread_id text, agent text, version text, node text, input text,
-             input_hash text, parent_thread_id text, forked_from text, forked_step bigint,
-             lease_owner text, lease_ttl float8, trace_context text),
-         t
+    FROM r, t
     ON CONFLICT DO NOTHING
     RETURNING {{run_columns}}
 ),
+
+-- fragment: create_runs_result
+-- create_runs' announcement (one per version queued) and its rows (after create_runs_insert).
 woke AS MATERIALIZED (SELECT pg_notify('tether_work', v.version)
                       FROM (SELECT DISTINCT version FROM ins WHERE lease_owner IS NULL) v)
 SELECT true, ins.*, (SELECT count(*) FROM woke) FROM ins;
+
+-- name: create_runs
+-- Many create_runs without idempotency key in one statement, inside a group commit: each
+-- inserted as create_run inserts it (queued and announced, or leased to a local worker),
+-- returning the row create_run returns for it; a run whose thread_id exists returns nothing
+-- (create_run then reads the run it collides with).
+{{create_runs_insert}}
+{{create_runs_result}}
+
+-- name: create_runs_audited
+-- create_runs of audited starts (every POST /runs, and `runtime.start(actor=...)`): each run
+-- created gets its audit row (create_run_audited's parameters), in the order written; a run
+-- that existed gets none. Without it, every start over HTTP was a statement of its own in
+-- its group commit (executemany).
+{{create_runs_insert}}
+aud AS (INSERT INTO audit (at, actor, action, thread_id, target, details)
+        SELECT t.now, r.audit_actor, r.audit_action, r.audit_thread_id, r.audit_target,
+               r.audit_details
+        FROM r JOIN ins ON ins.thread_id = r.thread_id, t
+        ORDER BY r.n),
+{{create_runs_result}}
 
 -- name: get_run
 SELECT {{run_columns}}

@@ -1,0 +1,79 @@
+"""Audited starts made together (a burst of POST /runs, each with its actor) share their group
+commit as unaudited ones do: one set-based statement for the runs and their audit rows. Each
+run created gets exactly one audit row; a start that finds its run already there writes none,
+and one refused writes nothing (both stores)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import tether
+from apps import break_audit
+from apps import observe_app as app
+from tether.errors import RunConflict, StoreError
+
+
+def runtime(db_url: str) -> tether.Runtime:
+    return app.make_runtime().with_db(db_url)
+
+
+async def test_a_burst_of_audited_starts_audits_each_run_created_once(db_url: str) -> None:
+    async with runtime(db_url) as rt:
+        await burst(rt)
+
+
+async def burst(rt: tether.Runtime) -> None:
+    await rt.start(app.agent, {"steps": 1}, thread_id="old", actor="alice")
+    await rt.start(app.agent, {"steps": 1}, thread_id="taken", actor="alice")
+    # All new: their group commits take the set-based statements.
+    new = [f"r{i:02d}" for i in range(40)]
+    fresh = await asyncio.gather(
+        *(rt.start(app.agent, {"steps": 1, "i": i}, thread_id=t, actor="bob")
+          for i, t in enumerate(new)),
+        rt.start(app.agent, {"steps": 1}, actor="carol"))  # a new uuid
+    assert all(r.created for r in fresh)
+    assert [r.thread_id for r in fresh[:-1]] == new
+    assert [r.state for r in fresh[:-1]] == [{"steps": 1, "i": i} for i in range(len(new))]
+    # Mixed with starts that create nothing: each as it would go alone.
+    more = [f"m{i:02d}" for i in range(10)]
+    made = await asyncio.gather(
+        *(rt.start(app.agent, {"steps": 1}, thread_id=t, actor="dave") for t in more),
+        rt.start(app.agent, {"steps": 1}, thread_id="old", actor="dave"),  # the same run
+        rt.start(app.agent, {"steps": 2}, thread_id="taken", actor="dave"),  # other input
+        return_exceptions=True)
+    *created, same, refused = made
+    assert all(isinstance(r, tether.Run) and r.created for r in created), created
+    assert isinstance(same, tether.Run) and not same.created
+    assert isinstance(refused, RunConflict)
+    events = await rt.audit(action="start", limit=1000)
+    by_run: dict[str | None, list[str]] = {}
+    for e in events:
+        by_run.setdefault(e.thread_id, []).append(e.actor)
+    assert by_run == {"old": ["alice"], "taken": ["alice"], fresh[-1].thread_id: ["carol"],
+                      **{t: ["bob"] for t in new}, **{t: ["dave"] for t in more}}
+    assert len({e.id for e in events}) == len(events)
+    assert all(e.details == {"agent": "obs", "version": "v1", "idempotency_key": None}
+               and e.target == e.thread_id and e.at > 0 for e in events)
+    for t in new + more:
+        assert (await rt.peek(t)).status == "queued"
+
+
+async def test_a_burst_whose_audit_rows_cannot_be_written_starts_nothing(db_url: str) -> None:
+    async with runtime(db_url) as rt:
+        await unwritable(rt, db_url)
+
+
+async def unwritable(rt: tether.Runtime, db_url: str) -> None:
+    break_audit(db_url)
+    made = await asyncio.gather(
+        *(rt.start(app.agent, {"steps": 1}, thread_id=f"n{i}", actor="alice") for i in range(10)),
+        return_exceptions=True)
+    assert all(isinstance(r, StoreError) for r in made), made
+    for i in range(10):
+        with pytest.raises(tether.errors.RunNotFound):
+            await rt.peek(f"n{i}")
+    # Unaudited starts do not write to the audit table: they still work.
+    quiet = await asyncio.gather(*(rt.start(app.agent, {"steps": 1}) for _ in range(5)))
+    assert all(r.created for r in quiet)
