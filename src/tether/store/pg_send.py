@@ -7,10 +7,11 @@ is idle for mail, and announce it; that notification makes Postgres serialize th
 every other notifying one, so sends one by one run at one WAL flush each (about 115 a second
 on a disk that takes 4 ms to flush). Sends made while FLUSHERS such transactions are at the
 server queue up and the next takes them all: BEGIN; lock_runs_many (every recipient, in
-thread_id order); send_messages (each message in the order sent); COMMIT, one round trip.
-A send to an unknown or finished run fails alone and writes nothing (the rows locked say
-which); if the transaction fails, its sends go one by one; if its connection is lost, each
-gets StoreUnavailable, as a send of its own would. Audited sends always go alone.
+thread_id order); send_messages (each message in the order sent, with the audit rows of
+the audited ones: every send over HTTP); COMMIT, one round trip. A send to an unknown or
+finished run fails alone and writes nothing (the rows locked say which); if the transaction
+fails, its sends go one by one; if its connection is lost, each gets StoreUnavailable, as a
+send of its own would.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from .pg_group import GroupCommit, fail, pipelined
 from .rows import mail_refused
 
 FLUSHERS: Final = 2
-# (recipient, message, sender, future of the message's id)
-_Send = tuple[str, bytes, "str | None", "asyncio.Future[int]"]
+# (recipient, message, sender, future of the message's id, its audit record if audited)
+_Send = tuple[str, bytes, "str | None", "asyncio.Future[int]", "Audit | None"]
 
 
 class Sends(GroupCommit[_Send]):
@@ -42,10 +43,8 @@ class Sends(GroupCommit[_Send]):
 
     async def send(self, thread_id: str, message: bytes, sender: str | None = None,
                    audit: Audit | None = None) -> int:
-        if audit is not None:
-            return await self.alone(thread_id, message, sender, audit)
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._submit((thread_id, message, sender, fut))
+        self._submit((thread_id, message, sender, fut, audit))
         return await fut
 
     async def alone(self, thread_id: str, message: bytes, sender: str | None = None,
@@ -79,12 +78,12 @@ class Sends(GroupCommit[_Send]):
         return job[3]
 
     async def _alone_job(self, job: _Send) -> int:
-        return await self.alone(job[0], job[1], job[2])
+        return await self.alone(job[0], job[1], job[2], job[4])
 
     async def _together(self, batch: list[_Send]) -> None:
         locked, ids = await self._transaction(batch)
         self._work.set()
-        for thread_id, _, _, fut in batch:
+        for thread_id, _, _, fut, _ in batch:
             status = locked.get(thread_id)
             if status is None:
                 fail(fut, RunNotFound(f"no run with thread_id {thread_id!r}"))
@@ -99,13 +98,20 @@ class Sends(GroupCommit[_Send]):
         messages it got, in the order sent."""
         q = self._conns.q
         recipients = sorted({job[0] for job in batch})
-        mail = json_param([{"recipient": r, "sender": s, "message": m} for r, m, s, _ in batch])
+        rows = [{"recipient": r, "sender": s, "message": m} for r, m, s, _, _ in batch]
+        query = q["send_messages"]
+        if any(job[4] is not None for job in batch):
+            query = q["send_messages_audited"]
+            for row, job in zip(rows, batch, strict=True):
+                if (audit := job[4]) is not None:
+                    row.update({f"audit_{k}": v for k, v in audit.params().items()})
+        mail = json_param(rows)
         async with self._conns.pool().connection() as conn:
             async def statements() -> tuple[Cursor, Cursor]:
                 await conn.execute(BEGIN)
                 c_lock = await conn.execute(q["lock_runs_many"], {
                     "ids": json_param(recipients), "terminal": "[]"})
-                c_sent = await conn.execute(q["send_messages"], {"mail": mail})
+                c_sent = await conn.execute(query, {"mail": mail})
                 await conn.execute(b"COMMIT")
                 return c_lock, c_sent
 

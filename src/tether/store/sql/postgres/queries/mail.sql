@@ -19,6 +19,27 @@ w AS (
 woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM w)
 SELECT m.id, (SELECT count(*) FROM woke) FROM m;
 
+-- fragment: send_messages_wake
+-- send_messages' wake-ups and rows, after its CTE m (the mail inserted: id, thread_id).
+wt AS MATERIALIZED (
+    SELECT l.rid
+    FROM (SELECT DISTINCT thread_id FROM m) AS x,
+         LATERAL (SELECT ctid AS rid FROM runs
+                  WHERE thread_id = x.thread_id
+                    AND status || '' = 'waiting' AND waiting_for = 'mail'
+                  OFFSET 0) AS l
+),
+w AS (
+    UPDATE runs SET status = 'queued', waiting_for = NULL,
+                    updated_at = extract(epoch FROM clock_timestamp())::float8
+    WHERE ctid = ANY (ARRAY(SELECT rid FROM wt))
+      AND status || '' = 'waiting' AND waiting_for = 'mail'
+    RETURNING version
+),
+woke AS MATERIALIZED (SELECT pg_notify('tether_work', v.version)
+                      FROM (SELECT DISTINCT version FROM w) v)
+SELECT m.thread_id, m.id, (SELECT count(*) FROM woke) FROM m ORDER BY m.id;
+
 -- name: send_messages
 -- send_message for many (pg_send.py), in a transaction that locked the recipients first
 -- (lock_runs_many): mail to each recipient that exists and has not finished, in the order
@@ -40,24 +61,42 @@ WITH m AS (
     ORDER BY y.n
     RETURNING id, thread_id
 ),
-wt AS MATERIALIZED (
-    SELECT l.rid
-    FROM (SELECT DISTINCT thread_id FROM m) AS x,
-         LATERAL (SELECT ctid AS rid FROM runs
-                  WHERE thread_id = x.thread_id
-                    AND status || '' = 'waiting' AND waiting_for = 'mail'
-                  OFFSET 0) AS l
+{{send_messages_wake}}
+
+-- name: send_messages_audited
+-- send_messages with audit rows (every message sent over HTTP, and runtime.send(actor=...)):
+-- the rows carry insert_audit's parameters (audit_actor...: NULL for a send not audited),
+-- and each message delivered gets its audit row, in the order sent; a message refused (no
+-- such run, or a finished one) gets none. The recipients are locked (lock_runs_many), so
+-- both CTEs find the same ones open.
+WITH y AS (
+    SELECT * FROM ROWS FROM (json_to_recordset(%(mail)s::json)
+        AS (recipient text, sender text, message text, audit_actor text, audit_action text,
+            audit_thread_id text, audit_target text, audit_details text))
+        WITH ORDINALITY AS y(recipient, sender, message, audit_actor, audit_action,
+                             audit_thread_id, audit_target, audit_details, n),
+        LATERAL (SELECT 1 FROM runs r
+                 WHERE r.thread_id = y.recipient
+                   AND r.status NOT IN ('completed', 'failed', 'cancelled')
+                 OFFSET 0) AS open
 ),
-w AS (
-    UPDATE runs SET status = 'queued', waiting_for = NULL,
-                    updated_at = extract(epoch FROM clock_timestamp())::float8
-    WHERE ctid = ANY (ARRAY(SELECT rid FROM wt))
-      AND status || '' = 'waiting' AND waiting_for = 'mail'
-    RETURNING version
+m AS (
+    INSERT INTO mailbox (thread_id, sender, message, created_at)
+    SELECT y.recipient, y.sender, decode(y.message, 'base64'),
+           extract(epoch FROM clock_timestamp())::float8
+    FROM y
+    ORDER BY y.n
+    RETURNING id, thread_id
 ),
-woke AS MATERIALIZED (SELECT pg_notify('tether_work', v.version)
-                      FROM (SELECT DISTINCT version FROM w) v)
-SELECT m.thread_id, m.id, (SELECT count(*) FROM woke) FROM m ORDER BY m.id;
+aud AS (
+    INSERT INTO audit (at, actor, action, thread_id, target, details)
+    SELECT extract(epoch FROM clock_timestamp())::float8, y.audit_actor, y.audit_action,
+           y.audit_thread_id, y.audit_target, y.audit_details
+    FROM y
+    WHERE y.audit_actor IS NOT NULL
+    ORDER BY y.n
+),
+{{send_messages_wake}}
 
 -- name: load_inbox
 SELECT id, sender, message, created_at FROM mailbox

@@ -1,7 +1,8 @@
-"""Audited starts made together (a burst of POST /runs, each with its actor) share their group
-commit as unaudited ones do: one set-based statement for the runs and their audit rows. Each
-run created gets exactly one audit row; a start that finds its run already there writes none,
-and one refused writes nothing (both stores)."""
+"""Audited starts and sends made together (a burst of POST /runs or of POST
+/runs/{id}/messages, each with its actor) share their group commit as unaudited ones do: one
+set-based statement for the runs or the mail and their audit rows. Each run created and each
+message delivered gets exactly one audit row; a start that finds its run already there writes
+none, and one refused writes nothing, nor does a send refused (both stores)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import tether
 from apps import break_audit
 from apps import observe_app as app
-from tether.errors import RunConflict, StoreError
+from tether.errors import InvalidState, RunConflict, RunNotFound, StoreError
 
 
 def runtime(db_url: str) -> tether.Runtime:
@@ -77,3 +78,36 @@ async def unwritable(rt: tether.Runtime, db_url: str) -> None:
     # Unaudited starts do not write to the audit table: they still work.
     quiet = await asyncio.gather(*(rt.start(app.agent, {"steps": 1}) for _ in range(5)))
     assert all(r.created for r in quiet)
+
+
+async def test_a_burst_of_audited_sends_audits_each_message_delivered_once(db_url: str) -> None:
+    async with runtime(db_url) as rt:
+        await mail_burst(rt)
+
+
+async def mail_burst(rt: tether.Runtime) -> None:
+    to = [f"t{i}" for i in range(5)]
+    for t in to:
+        await rt.start(app.agent, {"steps": 1}, thread_id=t)
+    await rt.start(app.agent, {"steps": 1}, thread_id="gone")
+    await rt.cancel("gone")
+    sent = await asyncio.gather(
+        *(rt.send(to[i % 5], {"n": i}, sender=f"s{i}", actor="erin") for i in range(40)),
+        rt.send("gone", {"n": -1}, actor="erin"),  # finished: refused
+        rt.send("nobody", {"n": -2}, actor="erin"),  # no such run
+        rt.send(to[0], {"n": 99}),  # not audited
+        return_exceptions=True)
+    *ids, finished, unknown, quiet = sent
+    assert all(isinstance(i, int) for i in ids), ids
+    assert isinstance(finished, InvalidState) and isinstance(unknown, RunNotFound)
+    assert isinstance(quiet, int)
+    for k, t in enumerate(to):
+        inbox = await rt.inbox(t)
+        got = [m.body["n"] for m in inbox if m.body["n"] != 99]
+        assert sorted(got) == list(range(k, 40, 5))  # (concurrent sends: in any order)
+        assert [m.id for m in inbox if m.body["n"] != 99] == [ids[n] for n in got]
+    events = await rt.audit(action="send", limit=1000)
+    assert sorted((e.thread_id, e.details["sender"]) for e in events) == sorted(
+        (to[i % 5], f"s{i}") for i in range(40))
+    assert all(e.actor == "erin" and e.target == e.thread_id and e.details["bytes"] > 0
+               for e in events)
