@@ -1,8 +1,9 @@
-"""Audited starts and sends made together (a burst of POST /runs or of POST
-/runs/{id}/messages, each with its actor) share their group commit as unaudited ones do: one
-set-based statement for the runs or the mail and their audit rows. Each run created and each
-message delivered gets exactly one audit row; a start that finds its run already there writes
-none, and one refused writes nothing, nor does a send refused (both stores)."""
+"""Audited starts, sends and answers made together (a burst of POST /runs, of POST
+/runs/{id}/messages or of POST /runs/{id}/resume, each with its actor) share their group
+commit as unaudited ones do: one set-based statement for the runs, the mail or the answers and
+their audit rows. Each run created, message delivered and interrupt answered gets exactly one
+audit row; a start that finds its run already there writes none, and whatever is refused
+writes nothing (both stores)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import asyncio
 import pytest
 
 import tether
-from apps import break_audit
+from apps import break_audit, eventually
 from apps import observe_app as app
-from tether.errors import InvalidState, RunConflict, RunNotFound, StoreError
+from apps.inprocess import working
+from tether.errors import InvalidState, ResumeConflict, RunConflict, RunNotFound, StoreError
 
 
 def runtime(db_url: str) -> tether.Runtime:
@@ -111,3 +113,36 @@ async def mail_burst(rt: tether.Runtime) -> None:
         (to[i % 5], f"s{i}") for i in range(40))
     assert all(e.actor == "erin" and e.target == e.thread_id and e.details["bytes"] > 0
                for e in events)
+
+
+async def test_a_burst_of_audited_answers_audits_each_interrupt_answered_once(
+        db_url: str) -> None:
+    async with runtime(db_url) as rt:
+        await answer_burst(rt)
+
+
+async def answer_burst(rt: tether.Runtime) -> None:
+    asking = [f"q{i:02d}" for i in range(20)]
+    for t in asking:
+        await rt.start(app.agent, {"steps": 2, "ask": 1}, thread_id=t)
+    await rt.start(app.agent, {"steps": 1}, thread_id="busy")  # never waits for input
+    async with working(rt, close=False):
+        async def asked() -> bool:
+            return len(await rt.interrupts(limit=1000)) == len(asking)
+
+        await eventually(asked, what="every run to ask its question")
+    answers = await asyncio.gather(
+        *(rt.resume(t, {"ok": t}, actor="frank") for t in asking),
+        rt.resume(asking[0], {"ok": "again"}, actor="frank"),  # the same interrupt twice
+        rt.resume("busy", 1, actor="frank"),  # not waiting for input
+        return_exceptions=True)
+    *answered, twice, busy = answers
+    assert isinstance(busy, InvalidState) and not isinstance(busy, ResumeConflict)
+    won = [a for a in (*answered, twice) if isinstance(a, tether.Interrupt)]
+    lost = [a for a in (*answered, twice) if not isinstance(a, tether.Interrupt)]
+    assert len(won) == len(asking) and len(lost) == 1 and isinstance(lost[0], ResumeConflict)
+    assert sorted(i.thread_id for i in won) == asking
+    events = await rt.audit(action="resume", limit=1000)
+    assert sorted(e.thread_id or "" for e in events) == asking
+    assert all(e.actor == "frank" and e.details == {"interrupt_id": None} for e in events)
+    assert await rt.interrupts(limit=1000) == []

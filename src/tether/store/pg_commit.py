@@ -91,6 +91,8 @@ class GroupCommitter:
                                           itemgetter(1)),  # (the same row)
             q["resume_interrupt"]: Bulk(q["resume_interrupts"], _thread_key, _distinct_runs,
                                         itemgetter(0)),  # the interrupt's row: (thread_id, ...)
+            q["resume_interrupt_audited"]: Bulk(q["resume_interrupts_audited"], _thread_key,
+                                                _distinct_runs, itemgetter(0)),  # (the same)
             q["park_run"]: Bulk(q["park_runs"], _thread_key, _parks_alone,
                                 itemgetter(0)),  # park_runs' row: (thread_id)
         }

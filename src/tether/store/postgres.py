@@ -464,14 +464,15 @@ class PostgresStore(PgSessionsPart):
     ) -> InterruptRecord | None:
         params = {"thread_id": thread_id, "value": value, "id": interrupt_id,
                   "name": INTERRUPT_CALL}
-        # One statement, group-committed: concurrent resumes of many runs share a commit;
-        # two answers to one interrupt in one batch see each other (the second finds none).
-        if audit is None:
-            row = await settle_resume(self._conns, lambda: self._committer.write(
-                self._q["resume_interrupt"], params, thread_id), thread_id, value, interrupt_id)
-        else:
-            rows = await self._conns.audited(self._q["resume_interrupt"], params, audit, bool)
-            row = rows[0] if rows else None
+        # One statement, group-committed (an audited one with its audit row): concurrent
+        # resumes of many runs share a commit; two answers to one interrupt in one batch see
+        # each other (the second finds none).
+        query = self._q["resume_interrupt"]
+        if audit is not None:
+            query = self._q["resume_interrupt_audited"]
+            params.update({f"audit_{k}": v for k, v in audit.params().items()})
+        row = await settle_resume(self._conns, lambda: self._committer.write(
+            query, params, thread_id), thread_id, value, interrupt_id)
         if row is None:
             return None
         self.work_available.set()
