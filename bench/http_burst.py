@@ -38,7 +38,7 @@ from rich.table import Table
 
 import tether
 from bench.pairs import metrics_of
-from bench.streams import HEADERS, cpu_seconds, free_port, migrate, wait_up
+from bench.streams import HEADERS, cpu_seconds, free_port, migrate, stop, wait_up
 from tether.bench.checkpoint import W2_STEPS, w2_agent, w2_bare, w2_delays
 from tether.bench.common import bench_db
 
@@ -187,12 +187,7 @@ async def measure(backend: str, runs: int, inflight: int, batch: int, client: st
                 cpu = cpu_seconds(proc.pid) - cpu0
             finally:
                 await watcher.close()
-                proc.terminate()
-                try:
-                    await asyncio.wait_for(proc.wait(), 15)
-                except TimeoutError:
-                    proc.kill()
-                    await proc.wait()
+                await stop(proc)
     bare, _ = await w2_bare(runs)
     return {"posted_s": posted, "requests_per_s": len(bodies) / posted,
             "runs_per_s": runs / posted, "wall_s": wall, "wall_over_ideal": wall / ideal,

@@ -34,7 +34,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from bench.streams import HEADERS, cpu_seconds, free_port, migrate, wait_up
+from bench.streams import HEADERS, cpu_seconds, free_port, migrate, stop, wait_up
 from tether.bench.common import bench_db
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,12 +107,7 @@ async def served(backend: str, kind: str, src: Path, seconds: float) -> dict[str
                 requests, bad = await asyncio.to_thread(_wrk, base, kind, seconds)
                 cpu = cpu_seconds(proc.pid) - cpu0
             finally:
-                proc.terminate()
-                try:
-                    await asyncio.wait_for(proc.wait(), 15)
-                except TimeoutError:
-                    proc.kill()
-                    await proc.wait()
+                await stop(proc)
     if bad or not requests:
         raise RuntimeError(f"{kind} on {backend}: {bad} of {requests} requests failed")
     return {"per_s": requests / seconds, "cpu_us": cpu / requests * 1e6}

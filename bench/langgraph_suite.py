@@ -46,7 +46,8 @@ IGNORED = ("tests/test_prune_postgres.py",)
 # chunk 0.2 to 0.3 s after the start) and fail under CPU load with LangGraph's own savers too
 # (docs/langgraph.md): one that fails is run again once, alone, and counted as "retried" when
 # it passes then. Any other failure stands.
-TIMING = ("test_imp_nested", "test_stream_subgraphs_during_execution")
+TIMING = ("test_imp_nested", "test_stream_subgraphs_during_execution",
+          "test_stream_buffering_single_node")
 # langgraph-checkpoint-sqlite: the `cache` fixture's SqliteCache, and `--reference sqlite`.
 TEST_DEPS = {"pytest_mock": "pytest-mock", "syrupy": "syrupy",
              "langgraph.checkpoint.sqlite": "langgraph-checkpoint-sqlite",

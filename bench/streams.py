@@ -83,6 +83,16 @@ async def wait_up(c: httpx.AsyncClient, proc: Any, out: Any) -> None:
     raise RuntimeError("tether serve did not answer within 30 s")
 
 
+async def stop(proc: Any) -> None:
+    """Stop the `tether serve` subprocess `proc`: SIGTERM, then SIGKILL after 15 s."""
+    proc.terminate()
+    try:
+        await asyncio.wait_for(proc.wait(), 15)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+
+
 async def migrate(url: str) -> None:
     rt = tether.Runtime(url)
     await rt.migrate()
@@ -166,12 +176,7 @@ async def measure(backend: str, kind: str, n: int, runs: int, hold: float, settl
                     await asyncio.sleep(settle)
                     rounds.append((during, rss_mib(proc.pid), cpu, opened))
             finally:
-                proc.terminate()
-                try:
-                    await asyncio.wait_for(proc.wait(), 15)
-                except TimeoutError:
-                    proc.kill()
-                    await proc.wait()
+                await stop(proc)
     (during, after, cpu, opened), (during2, after2, _, _) = rounds
     return {"backend": backend, "kind": kind, "streams": n, "runs": runs, "before": before,
             "during": during, "after": after, "during2": during2, "after2": after2,

@@ -22,13 +22,17 @@ w AS (
     RETURNING version
 ),
 
+-- fragment: resume_interrupt_result
+-- resume_interrupt's announcement and row (after its writes).
+woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM w)
+SELECT r.*, (SELECT count(*) FROM woke) FROM r;
+
 -- name: resume_interrupt
 -- Answers the run's pending interrupt exactly once (a concurrent second answer waits on the
 -- row, then finds it resolved), journals the value for the re-executed node, and makes the
 -- run claimable, announced; all or nothing.
 {{resume_interrupt_writes}}
-woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM w)
-SELECT r.*, (SELECT count(*) FROM woke) FROM r;
+{{resume_interrupt_result}}
 
 -- name: resume_interrupt_audited
 -- resume_interrupt with its audit row (insert_audit's columns, prefixed audit_), written
@@ -39,8 +43,7 @@ aud AS (INSERT INTO audit (at, actor, action, thread_id, target, details)
         SELECT extract(epoch FROM clock_timestamp())::float8, %(audit_actor)s,
                %(audit_action)s, %(audit_thread_id)s, %(audit_target)s, %(audit_details)s
         WHERE EXISTS (SELECT 1 FROM r)),
-woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM w)
-SELECT r.*, (SELECT count(*) FROM woke) FROM r;
+{{resume_interrupt_result}}
 
 -- fragment: resume_interrupts_writes
 -- resume_interrupts' writes (CTEs x, f, r, j and w), each query adding its own after them.

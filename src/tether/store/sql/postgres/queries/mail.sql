@@ -19,6 +19,16 @@ w AS (
 woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM w)
 SELECT m.id, (SELECT count(*) FROM woke) FROM m;
 
+-- fragment: wake_mail_rows(rows)
+-- The runs idle for mail among the rows the CTE `rows` found (their ctid as rid, each found by
+-- primary key) become queued, by TID: the rows were locked before, they stay where they are.
+-- The status test is written `status || ''` (see wake_after_commit). Returns their versions.
+UPDATE runs SET status = 'queued', waiting_for = NULL,
+                updated_at = extract(epoch FROM clock_timestamp())::float8
+WHERE ctid = ANY (ARRAY(SELECT rid FROM {{rows}}))
+  AND status || '' = 'waiting' AND waiting_for = 'mail'
+RETURNING version
+
 -- fragment: send_messages_wake
 -- send_messages' wake-ups and rows, after its CTE m (the mail inserted: id, thread_id).
 wt AS MATERIALIZED (
@@ -30,11 +40,7 @@ wt AS MATERIALIZED (
                   OFFSET 0) AS l
 ),
 w AS (
-    UPDATE runs SET status = 'queued', waiting_for = NULL,
-                    updated_at = extract(epoch FROM clock_timestamp())::float8
-    WHERE ctid = ANY (ARRAY(SELECT rid FROM wt))
-      AND status || '' = 'waiting' AND waiting_for = 'mail'
-    RETURNING version
+    {{wake_mail_rows(wt)}}
 ),
 woke AS MATERIALIZED (SELECT pg_notify('tether_work', v.version)
                       FROM (SELECT DISTINCT version FROM w) v)

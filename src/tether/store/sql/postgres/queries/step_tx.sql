@@ -126,12 +126,8 @@ wt AS MATERIALIZED (
                   OFFSET 0) AS l
     WHERE EXISTS (SELECT 1 FROM ok)
 ),
-wm AS (  -- (by TID: the rows were locked by lock_runs, they stay where they are)
-    UPDATE runs SET status = 'queued', waiting_for = NULL,
-                    updated_at = extract(epoch FROM clock_timestamp())::float8
-    WHERE ctid = ANY (ARRAY(SELECT rid FROM wt))
-      AND status || '' = 'waiting' AND waiting_for = 'mail'
-    RETURNING version
+wm AS (
+    {{wake_mail_rows(wt)}}
 ),
 rq AS (
     UPDATE runs SET status = 'queued', waiting_for = NULL
@@ -330,11 +326,7 @@ tp AS MATERIALIZED (
                   OFFSET 0) AS l
 ),
 wm AS (
-    UPDATE runs SET status = 'queued', waiting_for = NULL,
-                    updated_at = extract(epoch FROM clock_timestamp())::float8
-    WHERE ctid = ANY (ARRAY(SELECT rid FROM tm))
-      AND status || '' = 'waiting' AND waiting_for = 'mail'
-    RETURNING version
+    {{wake_mail_rows(tm)}}
 ),
 rq AS (
     UPDATE runs SET status = 'queued', waiting_for = NULL
