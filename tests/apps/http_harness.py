@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,14 +18,12 @@ from typing import IO, Any
 
 import httpx
 
+try:
+    from .ports import free_port
+except ImportError:  # imported as a top-level module, with tests/apps on sys.path
+    from ports import free_port  # type: ignore[no-redef]
+
 APPS = Path(__file__).resolve().parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def app_env(db_url: str, log: Path | None = None, **extra: str) -> dict[str, str]:

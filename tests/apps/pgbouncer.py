@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote
 
-from .pg_cluster import free_port
+from .ports import free_port
 
 
 def available() -> str | None:

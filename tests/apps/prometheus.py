@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from .pg_cluster import free_port
+from .ports import free_port
 
 
 def binary() -> str | None:
