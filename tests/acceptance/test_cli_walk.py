@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from apps.ports import free_port
+
 TETHER = str(Path(sys.executable).parent / "tether")
 
 
@@ -88,9 +90,7 @@ def test_serve_says_when_it_stops(tmp_path: Path, when: str) -> None:
     """SIGTERM once the server listens, or at once after the banner. A signal landing between
     the banner and uvicorn's own handlers was swallowed and the server ran on; the window is
     narrow (the old code passed 3 of 3 here), so the second case guards it only sometimes."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     db = f"sqlite:///{tmp_path / 'walk.db'}"
     assert tether("migrate", "--db", db, cwd=tmp_path).returncode == 0
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
