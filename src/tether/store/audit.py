@@ -39,6 +39,11 @@ class Audit:
         return {"actor": self.actor, "action": self.action, "thread_id": self.thread_id,
                 "target": self.target, "details": orjson.dumps(self.details).decode()}
 
+    def prefixed(self) -> dict[str, Any]:
+        """params() named as the *_audited statements take them, beside the action's own
+        (audit_actor, audit_action, ...)."""
+        return {f"audit_{k}": v for k, v in self.params().items()}
+
 
 def audit_of(actor: str | None, action: str, thread_id: str | None, target: str | None,
              details: dict[str, Any] | None = None) -> Audit | None:

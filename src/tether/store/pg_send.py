@@ -104,7 +104,7 @@ class Sends(GroupCommit[_Send]):
             query = q["send_messages_audited"]
             for row, job in zip(rows, batch, strict=True):
                 if (audit := job[4]) is not None:
-                    row.update({f"audit_{k}": v for k, v in audit.params().items()})
+                    row.update(audit.prefixed())
         mail = json_param(rows)
         async with self._conns.pool().connection() as conn:
             async def statements() -> tuple[Cursor, Cursor]:

@@ -181,7 +181,7 @@ class PostgresStore(PgSessionsPart):
         query = self._q["create_run"]
         if audit is not None:
             query = self._q["create_run_audited"]
-            params.update({f"audit_{k}": v for k, v in audit.params().items()})
+            params.update(audit.prefixed())
         row = await settle_create(self._conns, lambda: self._committer.write(
             query, params, new.thread_id), new)
         if row is not None:
@@ -470,7 +470,7 @@ class PostgresStore(PgSessionsPart):
         query = self._q["resume_interrupt"]
         if audit is not None:
             query = self._q["resume_interrupt_audited"]
-            params.update({f"audit_{k}": v for k, v in audit.params().items()})
+            params.update(audit.prefixed())
         row = await settle_resume(self._conns, lambda: self._committer.write(
             query, params, thread_id), thread_id, value, interrupt_id)
         if row is None:

@@ -19,6 +19,17 @@ w AS (
 woke AS MATERIALIZED (SELECT pg_notify('tether_work', version) FROM w)
 SELECT m.id, (SELECT count(*) FROM woke) FROM m;
 
+-- fragment: mail_idle_rows(ids, id)
+-- The rows (ctid as rid) of the runs idle for mail among `ids` (a FROM item; `id` is its thread
+-- id column), one primary-key lookup each (OFFSET 0 keeps it so; `status || ''`: see
+-- wake_after_commit). A WHERE may follow.
+SELECT l.rid
+FROM {{ids}},
+     LATERAL (SELECT ctid AS rid FROM runs
+              WHERE thread_id = {{id}}
+                AND status || '' = 'waiting' AND waiting_for = 'mail'
+              OFFSET 0) AS l
+
 -- fragment: wake_mail_rows(rows)
 -- The runs idle for mail among the rows the CTE `rows` found (their ctid as rid, each found by
 -- primary key) become queued, by TID: the rows were locked before, they stay where they are.
@@ -32,12 +43,7 @@ RETURNING version
 -- fragment: send_messages_wake
 -- send_messages' wake-ups and rows, after its CTE m (the mail inserted: id, thread_id).
 wt AS MATERIALIZED (
-    SELECT l.rid
-    FROM (SELECT DISTINCT thread_id FROM m) AS x,
-         LATERAL (SELECT ctid AS rid FROM runs
-                  WHERE thread_id = x.thread_id
-                    AND status || '' = 'waiting' AND waiting_for = 'mail'
-                  OFFSET 0) AS l
+    {{mail_idle_rows((SELECT DISTINCT thread_id FROM m) AS x, x.thread_id)}}
 ),
 w AS (
     {{wake_mail_rows(wt)}}

@@ -119,11 +119,7 @@ WITH ok AS MATERIALIZED (
     WHERE thread_id = %(thread_id)s AND epoch = %(epoch)s AND step = %(step)s
 ),
 wt AS MATERIALIZED (
-    SELECT l.rid
-    FROM (SELECT DISTINCT x.id FROM unnest(%(recipients)s::text[]) AS x(id)) AS x,
-         LATERAL (SELECT ctid AS rid FROM runs
-                  WHERE thread_id = x.id AND status || '' = 'waiting' AND waiting_for = 'mail'
-                  OFFSET 0) AS l
+    {{mail_idle_rows((SELECT DISTINCT x.id FROM unnest(%(recipients)s::text[]) AS x(id)) AS x, x.id)}}
     WHERE EXISTS (SELECT 1 FROM ok)
 ),
 wm AS (
@@ -300,11 +296,7 @@ rc AS MATERIALIZED (
     WHERE x.sender IN (SELECT thread_id FROM ok)
 ),
 tm AS MATERIALIZED (  -- the rows to wake: recipients (tm), parkers (tq), parents (tp)
-    SELECT l.rid
-    FROM rc, LATERAL (SELECT ctid AS rid FROM runs
-                      WHERE thread_id = rc.recipient
-                        AND status || '' = 'waiting' AND waiting_for = 'mail'
-                      OFFSET 0) AS l
+    {{mail_idle_rows(rc, rc.recipient)}}
 ),
 tq AS MATERIALIZED (
     SELECT l.rid
